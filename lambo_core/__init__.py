@@ -1,0 +1,3 @@
+"""lambo: agentic graph memory for AI agents."""
+
+__version__ = "0.1.0"
