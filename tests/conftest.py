@@ -12,6 +12,8 @@ import pytest
 def lambo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "lambo-home"
     monkeypatch.setenv("LAMBO_HOME", str(home))
+    # config discovery reads ./lambo.toml: never pick up one from the checkout
+    monkeypatch.chdir(tmp_path)
     for var in (
         "LAMBO_CONFIG",
         "LAMBO_STORE",
