@@ -1,6 +1,7 @@
 """Where lambo keeps things: data (the store), cache (models), runtime (sockets), config.
 
-platformdirs gives each its per-user home; ``LAMBO_HOME=DIR`` moves all four
+platformdirs gives data, cache and config their per-user homes; the runtime
+dir follows the spec's socket-directory rule (``socket_dir``); ``LAMBO_HOME=DIR`` moves all four
 under one root (the tests always set it, so they never touch the user's
 real memory). The socket-directory rules of the hub live in ``hub.py``.
 """
@@ -37,6 +38,18 @@ class Paths:
         return self.config_dir / "lambo.toml"
 
 
+def socket_dir(env: Mapping[str, str]) -> Path:
+    """The private per-user socket directory: $XDG_RUNTIME_DIR/lambo, else /tmp/lambo-<uid>.
+
+    Only these two, never TMPDIR: some MCP clients pass TMPDIR to the servers
+    they spawn and some scrub it, and two serves of one session must agree.
+    """
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / APP
+    return Path(f"/tmp/{APP}-{os.getuid()}")
+
+
 def resolve_paths(env: Mapping[str, str] | None = None) -> Paths:
     env = os.environ if env is None else env
     home = env.get("LAMBO_HOME")
@@ -48,10 +61,9 @@ def resolve_paths(env: Mapping[str, str] | None = None) -> Paths:
             runtime_dir=root / "run",
             config_dir=root / "config",
         )
-    runtime = platformdirs.user_runtime_dir(APP)
     return Paths(
         data_dir=Path(platformdirs.user_data_dir(APP)),
         cache_dir=Path(platformdirs.user_cache_dir(APP)),
-        runtime_dir=Path(runtime),
+        runtime_dir=socket_dir(env),
         config_dir=Path(platformdirs.user_config_dir(APP)),
     )
