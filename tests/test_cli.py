@@ -1,0 +1,93 @@
+"""The real `lambo` command, spawned as a process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from lambo_core import __version__
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lambo_command() -> list[str]:
+    """The installed console script when present, else the checkout's lambo.py."""
+    script = Path(sys.executable).parent / "lambo"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, str(ROOT / "lambo.py")]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [*lambo_command(), *args], capture_output=True, text=True, env=full_env, timeout=120
+    )
+
+
+def test_version_and_help() -> None:
+    out = run("--version")
+    assert out.returncode == 0
+    assert __version__ in out.stdout
+    out = run("--help")
+    assert out.returncode == 0
+    for word in ("config", "provision"):
+        assert word in out.stdout
+
+
+def test_checkout_entry_point_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "lambo.py"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert __version__ in out.stdout
+
+
+def test_config_init_then_show(lambo_home: Path, tmp_path: Path) -> None:
+    out = run("config", "init")
+    assert out.returncode == 0, out.stderr
+    written = lambo_home / "config" / "lambo.toml"
+    assert written.is_file()
+    tomllib.loads(written.read_text())
+    again = run("config", "init")
+    assert again.returncode == 2
+    assert "--force" in again.stderr
+    assert run("config", "init", "--force").returncode == 0
+
+    shown = run("config", "show")
+    assert shown.returncode == 0
+    assert f"# config file: {written}" in shown.stdout
+    assert 'kind = "sqlite"  # file' in shown.stdout
+
+
+def test_global_config_flag_and_store_flag(tmp_path: Path) -> None:
+    cfg = tmp_path / "other.toml"
+    cfg.write_text("[recall]\ntop_k = 11\n")
+    out = run("--config", str(cfg), "config", "show", "--store", "memory")
+    assert out.returncode == 0, out.stderr
+    assert "top_k = 11  # file" in out.stdout
+    assert 'kind = "memory"  # flag --store' in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[store]\nkind = 'sqlite'\ntypo = 1\n", "unknown key store.typo"),
+        ("[embeder]\nmodel = 'x'\n", "unknown section [embeder]"),
+    ],
+)
+def test_unknown_settings_fail_at_start(tmp_path: Path, toml: str, needle: str) -> None:
+    (tmp_path / "lambo.toml").write_text(toml)
+    out = run("config", "show")
+    assert out.returncode == 2
+    assert needle in out.stderr
+    assert out.stdout == ""
+    assert "Traceback" not in out.stderr
