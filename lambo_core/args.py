@@ -1,0 +1,95 @@
+"""Argument rules every tool shares: unknown arguments, timestamps, integers, arrays.
+
+Tools validate their arguments in one order: unknown and refused names first
+(so a typo fails before anything else is read), then agent_id, then each
+argument in the order the tool's table lists it. Every refusal is a
+``ParameterError`` naming the field and the rule; an argument name the caller
+made up is quoted only through ``show_safely``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .errors import ParameterError
+from .text import show_safely
+
+# Argument names that carry a client timestamp. Lambo stamps write time
+# itself; only event_time (an about-time) is accepted, and only on writes.
+_TIMESTAMP_NAMES = frozenset(
+    {"created_at", "updated_at", "flushed_at", "timestamp", "time", "date", "ts", "written_at"}
+)
+
+
+def _is_timestamp_name(name: str) -> bool:
+    return name in _TIMESTAMP_NAMES or (
+        name != "event_time" and (name.endswith("_at") or name.endswith("_time"))
+    )
+
+
+def check_arguments(
+    tool: str, args: object, allowed: Iterable[str], *, where: str = ""
+) -> Mapping[str, Any]:
+    """Refuse a non-object, any timestamp argument by name, and any unknown argument.
+
+    ``where`` prefixes nested objects (``concepts[0].``) so the field is named
+    in full.
+    """
+    allowed_list = list(allowed)
+    if not isinstance(args, Mapping):
+        target = where.rstrip(".") or f"the arguments of {tool}"
+        raise ParameterError(f"{target} must be an object")
+    for name in args:
+        if not isinstance(name, str):  # pragma: no cover - JSON keys are strings
+            raise ParameterError(f"{where}argument names must be strings")
+        if name in allowed_list:
+            continue
+        shown = show_safely(name, 64)
+        if _is_timestamp_name(name):
+            raise ParameterError(
+                f"{where}{shown} is refused: lambo stamps write time itself; only "
+                "lambo_derive and lambo_record_action take event_time, an RFC3339 "
+                "historical about-time"
+            )
+        raise ParameterError(
+            f"{where}{shown} is not an argument of {tool}; it takes {', '.join(allowed_list)}"
+        )
+    return args
+
+
+def require(args: Mapping[str, Any], name: str, *, where: str = "") -> Any:
+    if name not in args or args[name] is None:
+        raise ParameterError(f"{where}{name} is required")
+    return args[name]
+
+
+def check_int(field: str, value: object, low: int, high: int) -> int:
+    """An integer inside ``low..=high``; JSON's 5.0 is not an integer, nor is true."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParameterError(f"{field} must be an integer in {low}..={high}")
+    if not low <= value <= high:
+        raise ParameterError(f"{field} must be in {low}..={high}")
+    return value
+
+
+def clamp_int(field: str, value: object, low: int, high: int) -> int:
+    """An integer clamped into ``low..=high`` (wait_ms: asking too much is harmless)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParameterError(f"{field} must be an integer in {low}..={high}")
+    return max(low, min(high, value))
+
+
+def check_bool(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ParameterError(f"{field} must be true or false")
+    return value
+
+
+def check_list(field: str, value: object, max_items: int, *, what: str = "items") -> list[Any]:
+    """A JSON array of at most ``max_items`` entries."""
+    if not isinstance(value, list):
+        raise ParameterError(f"{field} must be an array")
+    if len(value) > max_items:
+        raise ParameterError(f"{field} has {len(value)} {what}; at most {max_items} are accepted")
+    return value
