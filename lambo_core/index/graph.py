@@ -1,0 +1,440 @@
+"""One session's graph in RAM: concepts, typed adjacency both ways, and traversals.
+
+Rebuilt at open from the store (``SessionGraph.load``) and kept current by the
+apply worker after each committed batch. Everything here is a read-side copy:
+the store stays the truth.
+
+Layout, and why:
+- ``_out[type][src][dst]`` and ``_in[type][dst][src]`` hold the same ``Edge``
+  object, so a walk in either direction restricted to some edge types is a
+  few dict lookups per node, and reinforcing an edge updates both sides.
+- Concepts are kept without their vectors (the vectors live once, in the
+  session's ``VectorMatrix``), which halves the RAM of a large session.
+- Lookups the reference resolver needs are O(1): by short id (first 8 hex),
+  by canonical key, and the set of interaction ids.
+
+Edges may name nodes that are not concepts: a DERIVES edge starts at an
+interaction. Traversals that produce concepts (dependents, expand,
+neighbours) step only onto concepts; cycle checks walk whatever the edges
+connect.
+
+Threading: the graph has no lock of its own. The single writer mutates it
+under the session index lock, and readers take the same lock around a
+traversal (traversals are short); ``version`` grows on every change so
+result caches can key on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..model import Concept, Edge, EdgeType, Status, short_id
+from ..store.base import EDGE_WEIGHT_CAP, Store
+
+Direction = Literal["both", "out", "in"]
+
+# The relation blast radius counts: "src depends on dst" edges into a concept,
+# plus parent_of edges out of it (its children).
+_DEPENDENT_IN = EdgeType.DEPENDENCY
+_DEPENDENT_OUT = EdgeType.HIERARCHICAL
+
+_HEX = frozenset("0123456789abcdef")
+
+Adjacency = dict[EdgeType, dict[str, dict[str, Edge]]]
+
+
+@dataclass
+class Neighbourhood:
+    """What ``SessionGraph.neighbours`` found around a focus concept."""
+
+    focus: str
+    hops: dict[str, int] = field(default_factory=dict)  # neighbour id -> hop (focus excluded)
+    edges: list[Edge] = field(default_factory=list)  # every edge walked, each once
+    truncated: bool = False  # the limit stopped the walk
+
+
+class SessionGraph:
+    """Adjacency, lookups and traversals for one session."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.version = 0  # bumped on every mutation (cache keys)
+        self._concepts: dict[str, Concept] = {}
+        self._out: Adjacency = {t: {} for t in EdgeType}
+        self._in: Adjacency = {t: {} for t in EdgeType}
+        self._by_prefix: dict[str, dict[str, None]] = {}  # short id -> ordered id set
+        self._by_key: dict[str, dict[str, None]] = {}  # canonical key -> ordered id set
+        self._interactions: set[str] = set()
+        self._edge_count = 0
+
+    # -- building ---------------------------------------------------------------
+    @classmethod
+    def load(cls, store: Store, session: str) -> SessionGraph:
+        """Rebuild a session's graph from the store (concepts, then edges, then interactions)."""
+        graph = cls(session)
+        for concept in store.concepts(session):
+            graph._put_concept(concept, owned=True)
+        graph.load_edges(store.edges(session))
+        for interaction in store.interactions(session):
+            graph._interactions.add(interaction.id)
+        return graph
+
+    def load_edges(self, edges: Iterable[Edge]) -> None:
+        """Adopt stored edges as they are (the store already merged repeats).
+
+        The Edge objects are kept (weights change in place on reinforcement).
+        """
+        for edge in edges:
+            self._put_edge(edge, reinforce=False, owned=True)
+        self.version += 1
+
+    # -- mutation (caller holds the index lock) ---------------------------------
+    def add_concept(self, concept: Concept) -> None:
+        """Add or replace a concept. The caller's object is not modified."""
+        self._put_concept(concept, owned=False)
+
+    def adopt_concept(self, concept: Concept) -> None:
+        """Like ``add_concept`` but keeps (and strips the vector from) the caller's object.
+
+        For open-time loading, where the store's objects are ours to keep.
+        """
+        self._put_concept(concept, owned=True)
+
+    def _put_concept(self, concept: Concept, *, owned: bool) -> None:
+        if owned:
+            concept.vector = None
+            kept = concept
+        else:
+            kept = dataclasses.replace(concept, vector=None)
+        old = self._concepts.get(kept.id)
+        if old is not None:
+            self._unindex(old)
+        self._concepts[kept.id] = kept
+        self._by_prefix.setdefault(short_id(kept.id), {})[kept.id] = None
+        self._by_key.setdefault(kept.canonical_key, {})[kept.id] = None
+        if kept.interaction_id:
+            self._interactions.add(kept.interaction_id)
+        self.version += 1
+
+    def _unindex(self, concept: Concept) -> None:
+        for index, name in (
+            (self._by_prefix, short_id(concept.id)),
+            (self._by_key, concept.canonical_key),
+        ):
+            ids = index.get(name)
+            if ids is not None:
+                ids.pop(concept.id, None)
+                if not ids:
+                    del index[name]
+
+    def add_edge(self, edge: Edge) -> Edge:
+        """Add an edge, or reinforce the one already on (src, dst, type).
+
+        Reinforcement mirrors the store's rule: weight + 1.0, capped at
+        ``EDGE_WEIGHT_CAP``, first interaction, agent and times kept. Returns the
+        edge the graph holds.
+        """
+        kept = self._put_edge(edge, reinforce=True, owned=False)
+        self.version += 1
+        return kept
+
+    def _put_edge(self, edge: Edge, *, reinforce: bool, owned: bool) -> Edge:
+        by_src = self._out[edge.edge_type].setdefault(edge.src, {})
+        existing = by_src.get(edge.dst)
+        if existing is not None:
+            if reinforce:
+                existing.weight = min(existing.weight + 1.0, EDGE_WEIGHT_CAP)
+            else:
+                existing.weight = edge.weight
+            return existing
+        # weights change in place, so keep our own copy unless the object is ours
+        kept = edge if owned else dataclasses.replace(edge)
+        by_src[edge.dst] = kept
+        self._in[edge.edge_type].setdefault(edge.dst, {})[edge.src] = kept
+        self._edge_count += 1
+        if edge.interaction_id:
+            self._interactions.add(edge.interaction_id)
+        if edge.edge_type is EdgeType.DERIVES:
+            self._interactions.add(edge.src)  # DERIVES starts at the interaction
+        return kept
+
+    def add_interaction(self, interaction_id: str) -> None:
+        self._interactions.add(interaction_id)
+
+    def remove_concept(self, node_id: str) -> Concept | None:
+        """Drop a concept and every edge touching it, both ways. Returns what was removed."""
+        concept = self._concepts.pop(node_id, None)
+        if concept is not None:
+            self._unindex(concept)
+        for edge_type in EdgeType:
+            out, inn = self._out[edge_type], self._in[edge_type]
+            for dst in out.pop(node_id, {}):
+                self._drop_half(inn, dst, node_id)
+            for src in inn.pop(node_id, {}):
+                self._drop_half(out, src, node_id)
+        self.version += 1
+        return concept
+
+    def _drop_half(self, side: dict[str, dict[str, Edge]], key: str, other: str) -> None:
+        peers = side.get(key)
+        if peers is not None and peers.pop(other, None) is not None:
+            self._edge_count -= 1
+            if not peers:
+                del side[key]
+
+    def set_status(self, node_id: str, status: Status) -> None:
+        concept = self._concepts.get(node_id)
+        if concept is not None:
+            concept.status = status
+            self.version += 1
+
+    def touch(self) -> None:
+        """Record a change made directly on a held Concept (bumps ``version``)."""
+        self.version += 1
+
+    # -- size and plain lookups -------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._concepts)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._concepts
+
+    @property
+    def edge_count(self) -> int:
+        return self._edge_count
+
+    def concept_ids(self) -> list[str]:
+        return list(self._concepts)
+
+    def iter_concepts(self) -> Iterator[Concept]:
+        return iter(list(self._concepts.values()))
+
+    def iter_edges(self) -> Iterator[Edge]:
+        for by_src in self._out.values():
+            for peers in list(by_src.values()):
+                yield from list(peers.values())
+
+    def edge(self, src: str, dst: str, edge_type: EdgeType) -> Edge | None:
+        return self._out[edge_type].get(src, {}).get(dst)
+
+    def edges_out(self, node_id: str, edge_types: Collection[EdgeType] | None = None) -> list[Edge]:
+        """Edges starting at ``node_id`` (all types unless given)."""
+        types = EdgeType if edge_types is None else edge_types
+        return [e for t in types for e in self._out[t].get(node_id, {}).values()]
+
+    def edges_in(self, node_id: str, edge_types: Collection[EdgeType] | None = None) -> list[Edge]:
+        """Edges ending at ``node_id`` (all types unless given)."""
+        types = EdgeType if edge_types is None else edge_types
+        return [e for t in types for e in self._in[t].get(node_id, {}).values()]
+
+    # -- the reference-lookup protocol (lambo_core/references.py) ---------------
+    def concept(self, node_id: str) -> Concept | None:
+        return self._concepts.get(node_id)
+
+    def concepts_with_prefix(self, hex8: str) -> list[Concept]:
+        """Concepts whose id starts with these 8 hex digits (the short id recall prints)."""
+        key = hex8.lower()
+        if len(key) != 8 or not _HEX.issuperset(key):
+            return []
+        return [self._concepts[i] for i in self._by_prefix.get(key, ())]
+
+    def concepts_with_key(self, canonical_key: str) -> list[Concept]:
+        return [self._concepts[i] for i in self._by_key.get(canonical_key, ())]
+
+    def is_interaction(self, some_id: str) -> bool:
+        return some_id in self._interactions
+
+    # -- dependents and blast radius --------------------------------------------
+    def dependent_edges(self, node_id: str) -> list[tuple[str, EdgeType]]:
+        """Each concept counted in the blast radius once, with the edge type that put it there.
+
+        Dependency sources first (concepts that depend on ``node_id``), then
+        its parent_of children not already listed; each group in edge order.
+        """
+        seen: dict[str, EdgeType] = {}
+        for src in self._in[_DEPENDENT_IN].get(node_id, {}):
+            if src in self._concepts and src != node_id:
+                seen.setdefault(src, _DEPENDENT_IN)
+        for child in self._out[_DEPENDENT_OUT].get(node_id, {}):
+            if child in self._concepts and child != node_id:
+                seen.setdefault(child, _DEPENDENT_OUT)
+        return list(seen.items())
+
+    def dependents(self, node_id: str) -> list[str]:
+        """Concepts that depend on ``node_id`` (Dependency in) plus its children, distinct."""
+        return [node for node, _ in self.dependent_edges(node_id)]
+
+    def blast_radius(self, node_id: str) -> int:
+        return len(self.dependent_edges(node_id))
+
+    # -- cycles -------------------------------------------------------------------
+    def ancestors(self, node_id: str, edge_types: Collection[EdgeType]) -> set[str]:
+        """Every node that reaches ``node_id`` along one or more edges of these types.
+
+        For parent_of these are its parents, grandparents, ...; ``node_id`` itself
+        is included only if it already sits on a cycle.
+        """
+        starts = [src for t in edge_types for src in self._in[t].get(node_id, {})]
+        return self._reach(starts, edge_types, self._in)
+
+    def descendants(self, node_id: str, edge_types: Collection[EdgeType]) -> set[str]:
+        """Every node ``node_id`` reaches along one or more edges of these types."""
+        starts = [dst for t in edge_types for dst in self._out[t].get(node_id, {})]
+        return self._reach(starts, edge_types, self._out)
+
+    @staticmethod
+    def _reach(
+        starts: Iterable[str], edge_types: Collection[EdgeType], side: Adjacency
+    ) -> set[str]:
+        seen: set[str] = set()
+        stack = list(starts)
+        layers = [side[t] for t in edge_types]
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            for layer in layers:
+                stack.extend(layer.get(node, ()))
+        return seen
+
+    def would_close_cycle(self, src: str, dst: str, edge_types: Collection[EdgeType]) -> bool:
+        """Whether adding ``src -> dst`` closes a cycle among edges of these types.
+
+        It does iff ``dst`` already reaches ``src`` (a self loop always does).
+        Iterative DFS, so chain length is bounded by memory, not the stack.
+        """
+        return self.batch_closes_cycle([(src, dst)], edge_types) is not None
+
+    def batch_closes_cycle(
+        self, pairs: Iterable[tuple[str, str]], edge_types: Collection[EdgeType]
+    ) -> int | None:
+        """The index of the first pair that would close a cycle, or None.
+
+        Pairs are taken in order, each checked against the graph plus the
+        earlier pairs of the same batch, so a call whose own pairs loop
+        (a->b, b->a) is caught at the pair that closes the loop. Pair ends need
+        not exist yet (concepts the same call creates).
+        """
+        layers = [self._out[t] for t in edge_types]
+        pending: dict[str, set[str]] = {}  # the batch's accepted pairs, src -> dsts
+        for index, (src, dst) in enumerate(pairs):
+            if src == dst or self._reaches(dst, src, layers, pending):
+                return index
+            pending.setdefault(src, set()).add(dst)
+        return None
+
+    @staticmethod
+    def _reaches(
+        start: str,
+        goal: str,
+        layers: list[dict[str, dict[str, Edge]]],
+        pending: dict[str, set[str]],
+    ) -> bool:
+        seen = {start}
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            nexts: list[Iterable[str]] = [layer.get(node, ()) for layer in layers]
+            nexts.append(pending.get(node, ()))
+            for peers in nexts:
+                for peer in peers:
+                    if peer == goal:
+                        return True
+                    if peer not in seen:
+                        seen.add(peer)
+                        stack.append(peer)
+        return False
+
+    # -- traversals ---------------------------------------------------------------
+    def _steps(
+        self, node_id: str, edge_types: Collection[EdgeType], direction: Direction
+    ) -> Iterator[tuple[str, Edge]]:
+        for t in edge_types:
+            if direction != "in":
+                for dst, edge in self._out[t].get(node_id, {}).items():
+                    yield dst, edge
+            if direction != "out":
+                for src, edge in self._in[t].get(node_id, {}).items():
+                    yield src, edge
+
+    def expand(
+        self,
+        seed_ids: Iterable[str],
+        depth: int,
+        edge_types: Collection[EdgeType],
+        *,
+        direction: Direction = "both",
+        limit: int | None = None,
+    ) -> dict[str, int]:
+        """Breadth-first expansion for recall: ``{node_id: hop}``, seeds at hop 0.
+
+        Walks only onto concepts, at most ``depth`` hops, in insertion (BFS)
+        order; ``limit`` caps how many nodes the result holds, seeds included.
+        """
+        hops: dict[str, int] = {}
+        queue: deque[str] = deque()
+        for seed in seed_ids:
+            if seed in self._concepts and seed not in hops:
+                if limit is not None and len(hops) >= limit:
+                    return hops
+                hops[seed] = 0
+                queue.append(seed)
+        while queue:
+            node = queue.popleft()
+            hop = hops[node]
+            if hop >= depth:
+                continue
+            for peer, _ in self._steps(node, edge_types, direction):
+                if peer in hops or peer not in self._concepts:
+                    continue
+                if limit is not None and len(hops) >= limit:
+                    return hops
+                hops[peer] = hop + 1
+                queue.append(peer)
+        return hops
+
+    def neighbours(
+        self,
+        node_id: str,
+        depth: int,
+        limit: int,
+        *,
+        edge_types: Collection[EdgeType] | None = None,
+    ) -> Neighbourhood:
+        """The neighbourhood inspect renders: BFS both directions up to ``depth`` hops.
+
+        ``hops`` holds at most ``limit`` neighbours (the focus is not counted);
+        ``edges`` holds each edge walked between the focus and kept neighbours,
+        once; ``truncated`` says the limit cut the walk short.
+        """
+        types = list(EdgeType) if edge_types is None else list(edge_types)
+        result = Neighbourhood(focus=node_id)
+        if node_id not in self._concepts:
+            return result
+        level = {node_id: 0}
+        seen_edges: set[int] = set()
+        queue: deque[str] = deque([node_id])
+        while queue:
+            node = queue.popleft()
+            hop = level[node]
+            if hop >= depth:
+                continue
+            for peer, edge in self._steps(node, types, "both"):
+                if peer not in self._concepts:
+                    continue
+                if peer not in level:
+                    if len(result.hops) >= limit:
+                        result.truncated = True
+                        continue
+                    level[peer] = hop + 1
+                    result.hops[peer] = hop + 1
+                    queue.append(peer)
+                if id(edge) not in seen_edges:
+                    seen_edges.add(id(edge))
+                    result.edges.append(edge)
+        return result
