@@ -291,6 +291,13 @@ def test_add_edge_copies_the_callers_edge() -> None:
     assert mine.weight == 1.0
 
 
+def test_new_edge_weight_is_capped_like_the_store() -> None:
+    g = graph_with("a", "b")
+    assert g.add_edge(edge("a", "b", EdgeType.SEMANTIC, weight=0.91)).weight == 0.91
+    assert g.add_edge(edge("a", "b", EdgeType.SEMANTIC)).weight == pytest.approx(1.91)
+    assert g.add_edge(edge("b", "a", DEP, weight=50.0)).weight == EDGE_WEIGHT_CAP
+
+
 def test_remove_concept_removes_its_edges_both_ways() -> None:
     g = chain_graph()
     before = g.version

@@ -30,7 +30,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..model import Concept, Edge, EdgeType, Status, short_id
 from ..store.base import EDGE_WEIGHT_CAP, Store
@@ -134,9 +134,9 @@ class SessionGraph:
     def add_edge(self, edge: Edge) -> Edge:
         """Add an edge, or reinforce the one already on (src, dst, type).
 
-        Reinforcement mirrors the store's rule: weight + 1.0, capped at
-        ``EDGE_WEIGHT_CAP``, first interaction, agent and times kept. Returns the
-        edge the graph holds.
+        Mirrors the store's rule: a new edge keeps its weight (capped at
+        ``EDGE_WEIGHT_CAP``); a repeat adds 1.0 to the weight, capped, and keeps
+        the first interaction, agent and times. Returns the edge the graph holds.
         """
         kept = self._put_edge(edge, reinforce=True, owned=False)
         self.version += 1
@@ -151,8 +151,11 @@ class SessionGraph:
             else:
                 existing.weight = edge.weight
             return existing
-        # weights change in place, so keep our own copy unless the object is ours
-        kept = edge if owned else dataclasses.replace(edge)
+        # weights change in place, so keep our own copy unless the object is ours;
+        # a new edge's weight is capped like the store caps it
+        kept = (
+            edge if owned else dataclasses.replace(edge, weight=min(edge.weight, EDGE_WEIGHT_CAP))
+        )
         by_src[edge.dst] = kept
         self._in[edge.edge_type].setdefault(edge.dst, {})[edge.src] = kept
         self._edge_count += 1
@@ -438,3 +441,10 @@ class SessionGraph:
                     seen_edges.add(id(edge))
                     result.edges.append(edge)
         return result
+
+
+if TYPE_CHECKING:
+    from ..references import ConceptLookup
+
+    # mypy checks that the graph satisfies the reference resolver's protocol
+    _as_lookup: ConceptLookup = SessionGraph("")

@@ -35,7 +35,7 @@ from ..model import Vector
 _MIN_CAPACITY = 64
 
 
-def _next_capacity(rows: int) -> int:
+def capacity_for(rows: int) -> int:
     """The smallest power of two >= rows (and >= the minimum).
 
     Untouched capacity costs address space, not RSS: numpy's large buffers are
@@ -55,7 +55,7 @@ class VectorMatrix:
             raise ValueError(f"vector dim must be positive, got {dim}")
         self.dim = dim
         self._mat: npt.NDArray[np.float32] = np.empty(
-            (_next_capacity(capacity), dim), dtype=np.float32
+            (capacity_for(capacity), dim), dtype=np.float32
         )
         self._ids: list[str] = []  # row -> node id; len == n
         self._rows: dict[str, int] = {}  # node id -> row
@@ -105,7 +105,7 @@ class VectorMatrix:
         """Make room for ``rows`` rows in total, growing by doubling."""
         if rows <= self.capacity:
             return
-        grown = np.empty((_next_capacity(rows), self.dim), dtype=np.float32)
+        grown = np.empty((capacity_for(rows), self.dim), dtype=np.float32)
         n = len(self._ids)
         grown[:n] = self._mat[:n]
         # publishing the new buffer is one reference swap; a reader holding the

@@ -1,0 +1,196 @@
+"""One session's read-side indices, bundled: graph, vectors, keywords, and their lock.
+
+``SessionIndex.open`` rebuilds the graph and the vector matrix from the store
+in one pass over the session's concepts; the keyword index is the store's own
+(FTS5 in SQLite, in-RAM BM25 in the memory store), which the store keeps
+current inside ``apply``. After each committed batch the apply worker calls
+``SessionIndex.apply`` so the in-RAM copies follow the store.
+
+Locking: ``lock`` guards every mutation and graph traversal. Take it after
+embedding, never around it, and keep it short. Vector ``top_k`` may run
+without it (``VectorMatrix`` reads through a seqlock), so the gemv never
+blocks the writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model import Vector, WriteBatch
+from ..store.base import KeywordIndex, Store
+from .graph import SessionGraph
+from .vectors import VectorMatrix, capacity_for
+
+log = logging.getLogger(__name__)
+
+_CHUNK_ROWS = 4096  # 16 MB per chunk at 1024-d
+
+
+class _RowCollector:
+    """Collects vectors during the open scan, then builds the matrix in one allocation.
+
+    Why chunks: the store's iterator hands out one small array per concept.
+    Copying each into a fixed-size chunk at once lets those arrays be freed as
+    the scan goes; at the end the final matrix is allocated once from the
+    count and filled chunk by chunk, freeing each chunk after its copy, so the
+    peak stays near one copy of the vectors (plus one chunk), not two.
+    """
+
+    def __init__(self, dim: int | None) -> None:
+        self.dim = dim
+        self.ids: list[str] = []
+        self.skipped = 0
+        self._chunks: list[npt.NDArray[np.float32]] = []
+        self._fill = _CHUNK_ROWS  # rows used in the last chunk (full: start a new one)
+
+    def append(self, node_id: str, vec: Vector) -> None:
+        if self.dim is None:
+            self.dim = int(vec.shape[0]) if vec.ndim == 1 else -1
+        if vec.ndim != 1 or vec.shape[0] != self.dim or self.dim <= 0:
+            self.skipped += 1
+            return
+        if self._fill == _CHUNK_ROWS:
+            self._chunks.append(np.empty((_CHUNK_ROWS, self.dim), dtype=np.float32))
+            self._fill = 0
+        self._chunks[-1][self._fill] = vec
+        self._fill += 1
+        self.ids.append(node_id)
+
+    def build(self) -> VectorMatrix | None:
+        if self.dim is None or self.dim <= 0:
+            return None
+        n = len(self.ids)
+        matrix = np.empty((capacity_for(n), self.dim), dtype=np.float32)
+        start = 0
+        while self._chunks:
+            chunk = self._chunks.pop(0)
+            rows = min(_CHUNK_ROWS, n - start)
+            matrix[start : start + rows] = chunk[:rows]
+            start += rows
+            del chunk  # release it before touching the next part of the matrix
+        return VectorMatrix.from_rows(self.dim, self.ids, matrix)
+
+
+def _contract_dim(contract: dict[str, Any] | None) -> int | None:
+    if not contract:
+        return None
+    dim = contract.get("dim")
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
+class SessionIndex:
+    """The graph, vector matrix and keyword index of one session, and the lock over them."""
+
+    def __init__(
+        self,
+        session: str,
+        graph: SessionGraph,
+        vectors: VectorMatrix | None,
+        keywords: KeywordIndex,
+        *,
+        vector_search: bool = True,
+    ) -> None:
+        self.session = session
+        self.graph = graph
+        self.vectors = vectors  # None: no vector search here, or no dim known yet
+        self.keywords = keywords
+        self.vector_search = vector_search
+        self.lock = threading.RLock()
+        self.skipped_vectors = 0  # stored vectors whose width did not match (left out)
+
+    @classmethod
+    def open(cls, store: Store, session: str) -> SessionIndex:
+        """Rebuild one session's indices from the store: one scan of concepts, one of edges."""
+        record = store.get_session(session)
+        dim = _contract_dim(record.embedding_contract if record else None)
+        want_vectors = bool(store.has_vector_search)
+        graph = SessionGraph(session)
+        rows = _RowCollector(dim)
+        for concept in store.concepts(session):
+            vec = concept.vector
+            graph.adopt_concept(concept)  # drops concept.vector: it lives in the matrix
+            if want_vectors and vec is not None:
+                rows.append(concept.id, vec)
+        graph.load_edges(store.edges(session))
+        for interaction in store.interactions(session):
+            graph.add_interaction(interaction.id)
+
+        vectors = rows.build() if want_vectors else None
+        index = cls(
+            session, graph, vectors, store.keyword_index(session), vector_search=want_vectors
+        )
+        index.skipped_vectors = rows.skipped
+        if rows.skipped:
+            log.warning(
+                "session %s: %d stored vectors do not have the session's width %s; "
+                "those concepts are searchable by keyword only",
+                session,
+                rows.skipped,
+                rows.dim,
+            )
+        return index
+
+    # -- mutation ---------------------------------------------------------------
+    def ensure_vectors(self, dim: int) -> VectorMatrix:
+        """The session's matrix, created at ``dim`` if none exists yet.
+
+        Raises ValueError if a matrix of another width already exists, or if this
+        store has no vector search.
+        """
+        if not self.vector_search:
+            raise ValueError("this store has no vector search")
+        with self.lock:
+            if self.vectors is None:
+                self.vectors = VectorMatrix(dim)
+            elif self.vectors.dim != dim:
+                raise ValueError(
+                    f"vector width {dim} does not match the session's {self.vectors.dim}"
+                )
+            return self.vectors
+
+    def apply(self, batch: WriteBatch) -> None:
+        """Mirror a batch the store has just committed.
+
+        Vector widths are checked before anything changes, so a bad batch
+        leaves the indices as they were.
+        """
+        # last one wins if a batch carries one id twice
+        rows: dict[str, Vector] = (
+            {c.id: c.vector for c in batch.concepts if c.vector is not None}
+            if self.vector_search
+            else {}
+        )
+        with self.lock:
+            matrix: VectorMatrix | None = None
+            if rows:
+                first = next(iter(rows.values()))
+                dim = self.vectors.dim if self.vectors is not None else int(first.shape[-1])
+                for node_id, vec in rows.items():
+                    if vec.ndim != 1 or vec.shape[0] != dim:
+                        raise ValueError(
+                            f"vector of concept {node_id} has shape {vec.shape}; "
+                            f"the session's width is {dim}"
+                        )
+                matrix = self.ensure_vectors(dim)
+            if batch.interaction is not None:
+                self.graph.add_interaction(batch.interaction.id)
+            for concept in batch.concepts:
+                self.graph.add_concept(concept)  # a copy without the vector
+            if matrix is not None:
+                matrix.add_many(list(rows), np.stack(list(rows.values())))
+            for edge in batch.edges:
+                self.graph.add_edge(edge)
+
+    def remove_concepts(self, node_ids: Iterable[str]) -> None:
+        """Drop concepts (and their edges and vectors) the store has deleted."""
+        with self.lock:
+            for node_id in node_ids:
+                self.graph.remove_concept(node_id)
+                if self.vectors is not None:
+                    self.vectors.remove(node_id)
