@@ -1,0 +1,368 @@
+"""MemoryStore: the Store protocol in RAM, for tests and ``--store memory``.
+
+It keeps the SQLite store's rules, refusals and orderings (one test suite runs
+against both): a batch is validated in full before anything changes, so it is
+all-or-nothing; edge ends must be concepts of the session (a Derives edge may
+start at an interaction of it); vectors are kept as little-endian float32
+bytes and JSON values as JSON text, so what comes back is a fresh copy exactly
+as SQLite would return it. One re-entrant lock guards everything.
+
+Recall on this store is keyword plus graph only (``has_vector_search`` is
+False), but the vectors given to it are still stored and returned.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..index.keywords import Bm25Index
+from ..model import (
+    CanonizationEvent,
+    Concept,
+    Edge,
+    EdgeType,
+    IntentState,
+    Interaction,
+    Lease,
+    SessionRecord,
+    Status,
+    WriteBatch,
+    WriteIntent,
+)
+from . import migrations
+from .base import EDGE_WEIGHT_CAP
+from .sqlite import (
+    batch_time,
+    blob_to_vector,
+    check_batch_sessions,
+    refused,
+    settled_state,
+    to_json,
+    vector_to_blob,
+)
+
+_EdgeKey = tuple[str, str, EdgeType]
+
+
+@dataclass
+class _Session:
+    record: SessionRecord
+    contract_json: str | None = None
+    concepts: dict[str, Concept] = field(default_factory=dict)  # insertion order = rid order
+    vectors: dict[str, bytes] = field(default_factory=dict)
+    edges: dict[_EdgeKey, Edge] = field(default_factory=dict)  # insertion order = eid order
+    interactions: dict[str, Interaction] = field(default_factory=dict)
+    keywords: Bm25Index = field(default_factory=Bm25Index)
+    canon_events: list[CanonizationEvent] = field(default_factory=list)
+
+
+@dataclass
+class _Intent:
+    intent: WriteIntent  # payload/outcome replaced by their JSON text below
+    payload_json: str
+    outcome_json: str | None = None
+
+
+class _MemoryKeywordIndex:
+    def __init__(self, store: MemoryStore, session: str) -> None:
+        self._store = store
+        self._session = session
+
+    def search(self, query: str, limit: int) -> list[tuple[str, float]]:
+        with self._store._lock:
+            state = self._store._sessions.get(self._session)
+            return [] if state is None else state.keywords.search(query, limit)
+
+
+class MemoryStore:
+    kind = "memory"
+    has_vector_search = False
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._sessions: dict[str, _Session] = {}
+        self._intents: dict[str, _Intent] = {}
+        self._seq = itertools.count(1)
+        self._leases: dict[str, Lease] = {}
+
+    # -- schema ----------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        return migrations.LATEST_VERSION
+
+    def close(self) -> None:
+        pass
+
+    def _session(self, name: str) -> _Session:
+        state = self._sessions.get(name)
+        if state is None:
+            raise refused(f"no session {name!r}")
+        return state
+
+    # -- sessions --------------------------------------------------------------
+
+    def ensure_session(self, name: str, now: float) -> SessionRecord:
+        with self._lock:
+            state = self._sessions.get(name)
+            if state is None:
+                state = self._sessions[name] = _Session(SessionRecord(name=name, created_at=now))
+            return self._record(state)
+
+    def _record(self, state: _Session) -> SessionRecord:
+        contract = state.contract_json
+        return replace(
+            state.record, embedding_contract=None if contract is None else json.loads(contract)
+        )
+
+    def get_session(self, name: str) -> SessionRecord | None:
+        with self._lock:
+            state = self._sessions.get(name)
+            return None if state is None else self._record(state)
+
+    def list_sessions(self) -> list[SessionRecord]:
+        with self._lock:
+            return [self._record(self._sessions[name]) for name in sorted(self._sessions)]
+
+    def stamp_contract(self, name: str, contract: dict[str, Any]) -> None:
+        text = to_json(contract)
+        with self._lock:
+            self._session(name).contract_json = text
+
+    def set_gc_clock(self, name: str, last_gc_at: float | None, last_gc_epoch: int) -> None:
+        with self._lock:
+            record = self._session(name).record
+            record.last_gc_at = last_gc_at
+            record.last_gc_epoch = last_gc_epoch
+
+    # -- graph -------------------------------------------------------------------
+
+    def apply(self, batch: WriteBatch) -> None:
+        """Validate the whole batch, then change everything; nothing on refusal."""
+        with self._lock:
+            state = self._validate(batch)
+            outcome_json = to_json(batch.intent_outcome or {})
+            if batch.interaction is not None and batch.interaction.id not in state.interactions:
+                state.interactions[batch.interaction.id] = replace(batch.interaction)
+            for concept in batch.concepts:
+                state.vectors.pop(concept.id, None)
+                blob = vector_to_blob(concept.vector)
+                if blob is not None:
+                    state.vectors[concept.id] = blob
+                state.concepts[concept.id] = replace(concept, vector=None)
+                state.keywords.add(concept.id, concept.content)
+            for edge in batch.edges:
+                key = (edge.src, edge.dst, edge.edge_type)
+                old = state.edges.get(key)
+                if old is None:
+                    state.edges[key] = replace(edge, weight=min(edge.weight, EDGE_WEIGHT_CAP))
+                else:
+                    old.weight = min(old.weight + 1.0, EDGE_WEIGHT_CAP)
+            if batch.intent_receipt_id is not None:
+                held = self._intents[batch.intent_receipt_id]
+                held.intent.state = IntentState.APPLIED
+                held.intent.settled_at = batch_time(batch)
+                held.outcome_json = outcome_json
+            state.record.mutation_count += len(batch.concepts) + len(batch.edges)
+
+    def _validate(self, batch: WriteBatch) -> _Session:
+        """Every refusal SQLite would give for this batch, checked before any change."""
+        check_batch_sessions(batch)
+        state = self._session(batch.session)
+        new_ids: set[str] = set()
+        for concept in batch.concepts:
+            if concept.id in new_ids or self._concept_anywhere(concept.id):
+                raise refused("UNIQUE constraint failed: concepts.id")
+            new_ids.add(concept.id)
+        interaction_ids = set(state.interactions)
+        if batch.interaction is not None:
+            interaction_ids.add(batch.interaction.id)
+        for edge in batch.edges:
+            src_ok = edge.src in state.concepts or edge.src in new_ids
+            if edge.edge_type is EdgeType.DERIVES and edge.src in interaction_ids:
+                src_ok = True
+            dst_ok = edge.dst in state.concepts or edge.dst in new_ids
+            if not (src_ok and dst_ok):
+                raise refused("edge end is not a concept of this session")
+        if batch.intent_receipt_id is not None:
+            held = self._intents.get(batch.intent_receipt_id)
+            if (
+                held is None
+                or held.intent.session != batch.session
+                or held.intent.state is not IntentState.PENDING
+            ):
+                raise refused("the batch's intent is not pending in this session")
+        return state
+
+    def _concept_anywhere(self, node_id: str) -> bool:
+        return any(node_id in s.concepts for s in self._sessions.values())
+
+    def _concept_out(self, state: _Session, concept: Concept) -> Concept:
+        return replace(concept, vector=blob_to_vector(state.vectors.get(concept.id)))
+
+    def concepts(self, session: str) -> Iterator[Concept]:
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                return iter([])
+            return iter([self._concept_out(state, c) for c in state.concepts.values()])
+
+    def get_concept(self, session: str, node_id: str) -> Concept | None:
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None or node_id not in state.concepts:
+                return None
+            return self._concept_out(state, state.concepts[node_id])
+
+    def edges(self, session: str) -> Iterator[Edge]:
+        with self._lock:
+            state = self._sessions.get(session)
+            return iter([] if state is None else [replace(e) for e in state.edges.values()])
+
+    def interactions(self, session: str) -> Iterator[Interaction]:
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                return iter([])
+            rows = sorted(state.interactions.values(), key=lambda i: i.created_at)
+            return iter([replace(i) for i in rows])
+
+    def delete_concepts(self, session: str, node_ids: Iterable[str]) -> None:
+        """Delete concepts with their edges (either end) and keyword entries."""
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                return
+            doomed = {node_id for node_id in node_ids if node_id in state.concepts}
+            for node_id in doomed:
+                del state.concepts[node_id]
+                state.vectors.pop(node_id, None)
+                state.keywords.remove(node_id)
+            state.edges = {
+                key: e
+                for key, e in state.edges.items()
+                if e.src not in doomed and e.dst not in doomed
+            }
+
+    def set_status(self, session: str, node_id: str, status: Status) -> None:
+        """A no-op for a concept no longer there (collected meanwhile)."""
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is not None and node_id in state.concepts:
+                state.concepts[node_id].status = status
+
+    def add_access_counts(self, session: str, counts: dict[str, int]) -> None:
+        """Add to access counts; ids no longer there are skipped."""
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                return
+            for node_id, n in counts.items():
+                if node_id in state.concepts:
+                    state.concepts[node_id].access_count += n
+
+    def keyword_index(self, session: str) -> _MemoryKeywordIndex:
+        return _MemoryKeywordIndex(self, session)
+
+    # -- write intents -----------------------------------------------------------
+
+    def add_intent(self, intent: WriteIntent) -> WriteIntent:
+        """Record a pending intent; returns it with its store-wide ``seq``."""
+        payload_json = to_json(intent.payload)
+        with self._lock:
+            self._session(intent.session)
+            if intent.receipt_id in self._intents:
+                raise refused("UNIQUE constraint failed: write_intents.receipt_id")
+            stored = replace(
+                intent,
+                seq=next(self._seq),
+                state=IntentState.PENDING,
+                settled_at=None,
+                outcome=None,
+                payload={},
+            )
+            self._intents[intent.receipt_id] = _Intent(stored, payload_json)
+            return self._intent_out(self._intents[intent.receipt_id])
+
+    def _intent_out(self, held: _Intent) -> WriteIntent:
+        outcome = None if held.outcome_json is None else json.loads(held.outcome_json)
+        return replace(held.intent, payload=json.loads(held.payload_json), outcome=outcome)
+
+    def pending_intents(self, session: str) -> list[WriteIntent]:
+        with self._lock:
+            held = [
+                h
+                for h in self._intents.values()
+                if h.intent.session == session and h.intent.state is IntentState.PENDING
+            ]
+            return [self._intent_out(h) for h in sorted(held, key=lambda h: h.intent.seq)]
+
+    def get_intent(self, receipt_id: str) -> WriteIntent | None:
+        with self._lock:
+            held = self._intents.get(receipt_id)
+            return None if held is None else self._intent_out(held)
+
+    def settle_intent(
+        self, receipt_id: str, state: str, outcome: dict[str, Any], when: float
+    ) -> None:
+        """Settle a pending intent as applied or failed; anything else is refused."""
+        final = settled_state(state)
+        text = to_json(outcome)
+        with self._lock:
+            held = self._intents.get(receipt_id)
+            if held is None or held.intent.state is not IntentState.PENDING:
+                raise refused("no pending intent with that receipt")
+            held.intent.state = final
+            held.intent.settled_at = when
+            held.outcome_json = text
+
+    # -- canonization events -------------------------------------------------------
+
+    def add_canon_event(self, event: CanonizationEvent) -> None:
+        with self._lock:
+            self._session(event.session).canon_events.append(replace(event))
+
+    def canon_events(self, session: str) -> list[CanonizationEvent]:
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                return []
+            ordered = sorted(state.canon_events, key=lambda e: e.occurred_at)
+            return [replace(e) for e in ordered]
+
+    # -- leases ------------------------------------------------------------------
+
+    def acquire_lease(self, lease: Lease, now: float) -> Lease | None:
+        """Take the session's lease if it is free, expired, or already ours."""
+        with self._lock:
+            old = self._leases.get(lease.session)
+            if old is not None and old.holder != lease.holder and old.expires_at > now:
+                return None
+            stored = replace(lease, token=(old.token if old is not None else 0) + 1)
+            self._leases[lease.session] = stored
+            return replace(stored)
+
+    def renew_lease(self, session: str, token: int, now: float, ttl: float) -> bool:
+        with self._lock:
+            lease = self._leases.get(session)
+            if lease is None or lease.token != token:
+                return False
+            lease.heartbeat_at = now
+            lease.expires_at = now + ttl
+            return True
+
+    def release_lease(self, session: str, token: int) -> None:
+        """Give the lease up if the token is current; the token still grows next time."""
+        with self._lock:
+            lease = self._leases.get(session)
+            if lease is not None and lease.token == token:
+                lease.expires_at = 0.0
+
+    def get_lease(self, session: str) -> Lease | None:
+        with self._lock:
+            lease = self._leases.get(session)
+            return None if lease is None else replace(lease)
