@@ -1,0 +1,404 @@
+"""Admission: everything a write call must pass before it is acked.
+
+``admit_derive`` and ``admit_action`` check a call's arguments in the spec's
+order, apply every write limit, resolve its references against the session's
+current graph, refuse cycles the graph already shows, and return an
+``Admitted`` write: a JSON-serialisable payload that is committed to the
+store as a write intent before the ack. What each reference named is fixed
+here, by node id, so the apply worker can tell when it changed in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .args import check_arguments, check_list, require
+from .errors import ParameterError, StoreError
+from .index.graph import SessionGraph
+from .model import ConceptType, EdgeType
+from .references import (
+    match_reference,
+    refuse,
+    refuse_cited_and_contradicted,
+    refuse_cycle,
+    refuse_interaction,
+    refuse_self_reference,
+    refuse_several,
+    resolve_reference,
+)
+from .text import (
+    MAX_STRING_BYTES,
+    canonical_key,
+    check_agent_id,
+    check_concept_type,
+    check_string,
+    has_image_suffix,
+    parse_event_time,
+    show_safely,
+)
+
+MAX_CONCEPTS_PER_DERIVE = 64
+MAX_PARENT_OF_PAIRS = 256
+MAX_CONCEPTS_AND_PAIRS = 512
+MAX_REFS_PER_CONCEPT = 8
+MAX_REFS_PER_CALL = 32
+MAX_ACTION_TARGETS = 64
+MAX_ACTION_AGAINST = 8
+# The framed embedding text: "<item> — <the call's concepts joined by '; '>".
+FRAME_SEPARATOR = " — "
+CALL_TEXT_SEPARATOR = "; "
+
+DERIVE_ARGS = ("agent_id", "concepts", "event_time", "parent_of", "scope", "repo_scope")
+CONCEPT_ARGS = ("content", "concept_type", "depends_on", "against")
+PARENT_OF_ARGS = ("parent", "child")
+ACTION_ARGS = (
+    "agent_id",
+    "action",
+    "event_time",
+    "against",
+    "produces",
+    "modifies",
+    "depends_on",
+    "scope",
+    "repo_scope",
+)
+
+_NOTHING_WRITTEN = "; nothing was written"
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A write that passed admission: what the ack says and what the intent stores."""
+
+    tool: str
+    agent_id: str
+    summary: str  # the ack's first line
+    payload: dict[str, Any]
+
+
+def _frame(item: str, call_text: str) -> str:
+    return f"{item}{FRAME_SEPARATOR}{call_text}"
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def check_scope(args: Mapping[str, Any], session: str) -> None:
+    """An unlayered session accepts only its own name as scope."""
+    if "scope" not in args:
+        return
+    scope = check_string("scope", args["scope"], allow_empty=True)
+    if scope != session:
+        raise ParameterError(f"scope must name this session or one of its layers: {session}")
+
+
+def _refuse_repo_scope(args: Mapping[str, Any]) -> None:
+    # Repository-scoped paths are a later capability; refusing beats ignoring.
+    if "repo_scope" in args:
+        raise ParameterError(
+            "repo_scope is not supported by this server yet; send the call without it"
+        )
+
+
+def _check_no_image_suffix(field: str, text: str) -> None:
+    if has_image_suffix(text):
+        raise ParameterError(
+            f"{field} may not contain an image suffix ([image:<id>]); only "
+            "lambo_derive_image builds one"
+        )
+
+
+def _event_time(args: Mapping[str, Any]) -> float | None:
+    if "event_time" not in args or args["event_time"] is None:
+        return None
+    return parse_event_time("event_time", args["event_time"])
+
+
+def _ref_strings(field: str, value: object, cap: int) -> list[str]:
+    entries = check_list(field, value, cap, what="references")
+    return [check_string(f"{field}[{i}]", entry) for i, entry in enumerate(entries)]
+
+
+def _resolved(field: str, ref: str, graph: SessionGraph) -> dict[str, str]:
+    concept = resolve_reference(field, ref, graph)
+    return {"ref": ref, "node_id": concept.id}
+
+
+# --- lambo_derive ----------------------------------------------------------------
+
+
+def admit_derive(args: object, *, session: str, graph: SessionGraph, embeds: bool) -> Admitted:
+    """Validate and resolve a lambo_derive call.
+
+    ``embeds`` is true when the session's concepts are embedded (a store with
+    vector search under match_strategy hybrid): then every concept and every
+    parent_of end must fit the embedding-text limit once framed with the
+    call's text.
+    """
+    call = check_arguments("lambo_derive", args, DERIVE_ARGS)
+    agent_id = check_agent_id(require(call, "agent_id"))
+    raw_concepts = check_list(
+        "concepts", require(call, "concepts"), MAX_CONCEPTS_PER_DERIVE, what="concepts"
+    )
+    if not raw_concepts:
+        raise ParameterError("concepts must hold at least one concept")
+    event_time = _event_time(call)
+    raw_pairs = check_list(
+        "parent_of", call.get("parent_of") or [], MAX_PARENT_OF_PAIRS, what="pairs"
+    )
+    if len(raw_concepts) + len(raw_pairs) > MAX_CONCEPTS_AND_PAIRS:
+        raise ParameterError(
+            f"concepts and parent_of pairs together number {len(raw_concepts) + len(raw_pairs)}; "
+            f"at most {MAX_CONCEPTS_AND_PAIRS} are accepted in one call"
+        )
+    check_scope(call, session)
+    _refuse_repo_scope(call)
+
+    concepts: list[dict[str, Any]] = []
+    total_depends = total_against = 0
+    for i, raw in enumerate(raw_concepts):
+        where = f"concepts[{i}]."
+        item = check_arguments("lambo_derive", raw, CONCEPT_ARGS, where=where)
+        content = check_string(f"{where}content", require(item, "content", where=where))
+        _check_no_image_suffix(f"{where}content", content)
+        ctype = check_concept_type(
+            f"{where}concept_type", require(item, "concept_type", where=where)
+        )
+        depends = _ref_strings(
+            f"{where}depends_on", item.get("depends_on") or [], MAX_REFS_PER_CONCEPT
+        )
+        against = _ref_strings(f"{where}against", item.get("against") or [], MAX_REFS_PER_CONCEPT)
+        total_depends += len(depends)
+        total_against += len(against)
+        concepts.append(
+            {
+                "content": content,
+                "key": canonical_key(content),
+                "type": ctype.value,
+                "depends_on": depends,
+                "against": against,
+            }
+        )
+    if total_depends > MAX_REFS_PER_CALL:
+        raise ParameterError(
+            f"depends_on holds {total_depends} references across the call; "
+            f"at most {MAX_REFS_PER_CALL} per call are accepted"
+        )
+    if total_against > MAX_REFS_PER_CALL:
+        raise ParameterError(
+            f"against holds {total_against} references across the call; "
+            f"at most {MAX_REFS_PER_CALL} per call are accepted"
+        )
+
+    pairs: list[dict[str, str]] = []
+    for i, raw in enumerate(raw_pairs):
+        where = f"parent_of[{i}]."
+        pair = check_arguments("lambo_derive", raw, PARENT_OF_ARGS, where=where)
+        parent = check_string(f"{where}parent", require(pair, "parent", where=where))
+        child = check_string(f"{where}child", require(pair, "child", where=where))
+        _check_no_image_suffix(f"{where}parent", parent)
+        _check_no_image_suffix(f"{where}child", child)
+        pairs.append({"parent": parent, "child": child})
+
+    if embeds:
+        _check_embedding_text(concepts, pairs)
+
+    _resolve_derive_references(concepts, graph)
+    _check_hierarchy(concepts, pairs, graph)
+
+    n = len(concepts)
+    return Admitted(
+        tool="lambo_derive",
+        agent_id=agent_id,
+        summary=(
+            f"accepted {n} concept(s) for background write; validated and ordered, not yet applied"
+        ),
+        payload={
+            "kind": "derive",
+            "event_time": event_time,
+            "concepts": concepts,
+            "parent_of": pairs,
+        },
+    )
+
+
+def call_text(contents: list[str]) -> str:
+    """The call's text every concept is framed with: its concepts joined by '; '."""
+    return CALL_TEXT_SEPARATOR.join(contents)
+
+
+def _check_embedding_text(concepts: list[dict[str, Any]], pairs: list[dict[str, str]]) -> None:
+    text = call_text([c["content"] for c in concepts])
+    size = _utf8(text)
+    if size > MAX_STRING_BYTES:
+        raise ParameterError(
+            f"the whole call's text (its concepts joined by '; ') is {size} bytes; the "
+            f"embedding-text limit is {MAX_STRING_BYTES} bytes; split the call"
+        )
+    for i, concept in enumerate(concepts):
+        framed = _utf8(_frame(concept["content"], text))
+        if framed > MAX_STRING_BYTES:
+            raise ParameterError(
+                f"concepts[{i}].content framed with the call's text is {framed} bytes; the "
+                f"embedding-text limit is {MAX_STRING_BYTES} bytes (a concept sent alone may "
+                "be at most 8189 bytes); shorten it or split the call"
+            )
+    for i, pair in enumerate(pairs):
+        for end in ("parent", "child"):
+            framed = _utf8(_frame(pair[end], text))
+            if framed > MAX_STRING_BYTES:
+                raise ParameterError(
+                    f"parent_of[{i}].{end} framed with the call's text is {framed} bytes; the "
+                    f"embedding-text limit is {MAX_STRING_BYTES} bytes; shorten it or split "
+                    "the call"
+                )
+
+
+def _resolve_derive_references(concepts: list[dict[str, Any]], graph: SessionGraph) -> None:
+    """Fix every depends_on / against to one node id, refusing the spec's cases."""
+    dependency_pairs: list[tuple[str, str]] = []
+    pair_fields: list[tuple[str, str]] = []
+    for i, concept in enumerate(concepts):
+        existing = graph.concepts_with_key(concept["key"])
+        self_ids = {c.id for c in existing}
+        me = existing[0].id if existing else f"new:{concept['key']}"
+        cited: list[dict[str, str]] = []
+        for j, ref in enumerate(concept["depends_on"]):
+            field = f"concepts[{i}].depends_on[{j}]"
+            resolved = _resolved(field, ref, graph)
+            if resolved["node_id"] in self_ids:
+                raise refuse_self_reference(field, ref)
+            cited.append(resolved)
+            dependency_pairs.append((me, resolved["node_id"]))
+            pair_fields.append((field, ref))
+        contradicted: list[dict[str, str]] = []
+        cited_ids = {c["node_id"] for c in cited}
+        for j, ref in enumerate(concept["against"]):
+            field = f"concepts[{i}].against[{j}]"
+            resolved = _resolved(field, ref, graph)
+            if resolved["node_id"] in self_ids:
+                raise refuse_self_reference(field, ref)
+            if resolved["node_id"] in cited_ids:
+                raise refuse_cited_and_contradicted(field, ref)
+            contradicted.append(resolved)
+        concept["depends_on"] = cited
+        concept["against"] = contradicted
+    loop = graph.batch_closes_cycle(dependency_pairs, (EdgeType.DEPENDENCY,))
+    if loop is not None:
+        raise refuse_cycle(*pair_fields[loop])
+
+
+def _end_id(text: str, graph: SessionGraph) -> str:
+    """A parent_of end's node id, or a placeholder for a concept the call creates."""
+    key = canonical_key(text)
+    existing = graph.concepts_with_key(key)
+    return existing[0].id if existing else f"new:{key}"
+
+
+def _check_hierarchy(
+    concepts: list[dict[str, Any]], pairs: list[dict[str, str]], graph: SessionGraph
+) -> None:
+    ids = [(_end_id(p["parent"], graph), _end_id(p["child"], graph)) for p in pairs]
+    if graph.batch_closes_cycle(ids, (EdgeType.HIERARCHICAL,)) is not None:
+        raise StoreError(
+            "parent_of would close a Hierarchical cycle (the hierarchy must stay acyclic)"
+            + _NOTHING_WRITTEN
+        )
+
+
+# --- lambo_record_action ---------------------------------------------------------
+
+
+def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted:
+    """Validate and resolve a lambo_record_action call."""
+    call = check_arguments("lambo_record_action", args, ACTION_ARGS)
+    agent_id = check_agent_id(require(call, "agent_id"))
+    action = check_string("action", require(call, "action"))
+    _check_no_image_suffix("action", action)
+    event_time = _event_time(call)
+    against_refs = _ref_strings("against", call.get("against") or [], MAX_ACTION_AGAINST)
+    targets: dict[str, list[str]] = {}
+    total = 0
+    for field in ("produces", "modifies", "depends_on"):
+        entries = check_list(field, call.get(field) or [], MAX_ACTION_TARGETS, what="entries")
+        total += len(entries)
+        if total > MAX_ACTION_TARGETS:
+            raise ParameterError(
+                f"produces, modifies and depends_on hold more than {MAX_ACTION_TARGETS} "
+                f"entries combined; at most {MAX_ACTION_TARGETS} are accepted"
+            )
+        texts = [check_string(f"{field}[{i}]", e) for i, e in enumerate(entries)]
+        for i, text in enumerate(texts):
+            _check_no_image_suffix(f"{field}[{i}]", text)
+        targets[field] = texts
+    check_scope(call, session)
+    _refuse_repo_scope(call)
+
+    action_key = canonical_key(action)
+    existing = graph.concepts_with_key(action_key)
+    action_ids = {c.id for c in existing}
+    me = existing[0].id if existing else f"new:{action_key}"
+
+    depends: list[dict[str, Any]] = []
+    for i, ref in enumerate(targets["depends_on"]):
+        depends.append(_action_dependency(f"depends_on[{i}]", ref, graph))
+    depends_ids = {d["node_id"] for d in depends if d.get("node_id")}
+    against: list[dict[str, str]] = []
+    for i, ref in enumerate(against_refs):
+        field = f"against[{i}]"
+        resolved = _resolved(field, ref, graph)
+        if resolved["node_id"] in action_ids:
+            raise refuse(field, ref, "names the action itself")
+        if resolved["node_id"] in depends_ids:
+            raise refuse(field, ref, "is both cited and contradicted by the action")
+        against.append(resolved)
+
+    # Causal (produces, modifies) and Dependency edges from the action must stay acyclic.
+    pairs = [(me, _end_id(t, graph)) for t in targets["produces"] + targets["modifies"]]
+    pairs += [(me, d.get("node_id") or f"new:{d['key']}") for d in depends]
+    causal = (EdgeType.PRODUCES, EdgeType.MODIFIES, EdgeType.DEPENDENCY)
+    if graph.batch_closes_cycle(pairs, causal) is not None:
+        raise StoreError(
+            "record_action would close a Causal or Dependency cycle (produces, modifies and "
+            "depends_on must stay acyclic)" + _NOTHING_WRITTEN
+        )
+
+    return Admitted(
+        tool="lambo_record_action",
+        agent_id=agent_id,
+        summary=(
+            f"accepted action '{show_safely(action)}' for background write; validated and "
+            "ordered, not yet applied"
+        ),
+        payload={
+            "kind": "action",
+            "event_time": event_time,
+            "action": action,
+            "produces": targets["produces"],
+            "modifies": targets["modifies"],
+            "depends_on": depends,
+            "against": against,
+        },
+    )
+
+
+def _action_dependency(field: str, ref: str, graph: SessionGraph) -> dict[str, Any]:
+    """A record_action depends_on entry: an id cites, any other text names by key.
+
+    A concept's hyphenated id cites it; an interaction's id is refused; 8 hex
+    characters whose text names no concept cite the one concept their id starts
+    with (refused if several do). Any other entry is text, matched by canonical
+    key and created as an Entity if new.
+    """
+    match = match_reference(ref, graph)
+    if match.interaction:
+        raise refuse_interaction(field, ref)
+    key = canonical_key(ref)
+    if match.form == "short_id" and len(match.concepts) > 1:
+        raise refuse_several(field, ref, match.concepts, full_ids=True)
+    if match.concepts:
+        return {"ref": ref, "node_id": match.concepts[0].id, "key": key}
+    return {"ref": ref, "node_id": None, "key": key, "type": ConceptType.ENTITY.value}
