@@ -28,7 +28,7 @@ from lambo_core.model import (
     WriteIntent,
     new_id,
 )
-from lambo_core.store import MemoryStore, SqliteStore, Store, open_store
+from lambo_core.store import MemoryStore, SqliteStore, Store, open_store, provision_store
 from lambo_core.store.base import EDGE_WEIGHT_CAP
 
 S = "sess"
@@ -794,3 +794,46 @@ def test_sqlite_iteration_survives_interleaved_writes(db_path: Path) -> None:
             write(store, concept("written mid-iteration"))
     assert seen >= 1200
     store.close()
+
+
+def test_sqlite_lease_is_atomic_across_connections(db_path: Path) -> None:
+    # Two stores on one file stand in for two serve processes racing for a session.
+    stores = [SqliteStore(db_path) for _ in range(4)]
+    barrier = threading.Barrier(len(stores))
+    results: list[Lease | None] = [None] * len(stores)
+
+    def race(n: int) -> None:
+        barrier.wait()
+        results[n] = stores[n].acquire_lease(lease(f"agent{n}@host#{n}", T0 + 45), T0)
+
+    threads = [threading.Thread(target=race, args=(n,)) for n in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1 and winners[0].token == 1
+    assert stores[0].get_lease(S) == winners[0]
+    for store in stores:
+        store.close()
+
+
+def test_provision_store_is_safe_to_run_twice(db_path: Path) -> None:
+    from lambo_core.config import Config, Setting
+
+    def config(kind: str) -> Config:
+        return Config(
+            settings={
+                "store.kind": Setting(kind, "default"),
+                "store.path": Setting(str(db_path), "flag --store"),
+            },
+            file=None,
+        )
+
+    first = provision_store(config("sqlite"))
+    assert "applied migrations 1, 2" in first and "schema version 2" in first
+    assert db_path.exists()
+    assert "already current" in provision_store(config("sqlite"))
+    assert "nothing to provision" in provision_store(config("memory"))
+    with pytest.raises(ConfigError):
+        provision_store(config("postgres"))
