@@ -91,3 +91,28 @@ def test_unknown_settings_fail_at_start(tmp_path: Path, toml: str, needle: str) 
     assert needle in out.stderr
     assert out.stdout == ""
     assert "Traceback" not in out.stderr
+
+
+def test_provision_is_safe_to_run_twice(lambo_home: Path, tmp_path: Path) -> None:
+    first = run("provision")
+    assert first.returncode == 0, first.stderr
+    assert "applied migrations 1, 2" in first.stdout
+    assert (lambo_home / "data" / "lambo.db").is_file()
+    second = run("provision")
+    assert second.returncode == 0
+    assert "already current" in second.stdout
+    elsewhere = tmp_path / "nested" / "elsewhere.db"
+    third = run("provision", "--store", str(elsewhere))
+    assert third.returncode == 0, third.stderr
+    assert elsewhere.is_file()
+    assert run("provision", "--store", "memory").returncode == 0
+
+
+def test_provision_refuses_a_file_that_is_not_a_store(tmp_path: Path) -> None:
+    bogus = tmp_path / "not-a-db.db"
+    bogus.write_bytes(b"this is not sqlite" * 100)
+    out = run("provision", "--store", str(bogus))
+    assert out.returncode == 1
+    # The operator's log line carries the driver's reason; the refusal itself does not.
+    assert out.stderr.splitlines()[-1] == "lambo: store error: the store file could not be opened"
+    assert "Traceback" not in out.stderr
