@@ -107,8 +107,9 @@ def test_parent_of_limits(graph: SessionGraph) -> None:
     many = [{"content": f"fact {i}", "concept_type": "logic"} for i in range(64)]
     # 64 concepts + 256 pairs = 320 <= 512: the combined bound is not reached by these caps.
     assert derive(graph, embeds=False, concepts=many, parent_of=pairs)
-    assert "parent_of[0].child is required" == refused(
-        ParameterError, derive, graph, concepts=one(), parent_of=[{"parent": "x"}]
+    assert (
+        refused(ParameterError, derive, graph, concepts=one(), parent_of=[{"parent": "x"}])
+        == "parent_of[0].child is required"
     )
 
 
