@@ -876,7 +876,7 @@ def verify_model(
     if float(np.dot(vector[0], again[0])) < 0.9999:
         notes.append("the same text embedded twice gave different vectors")
     if manifest.quantization == "int8-weight-only":
-        notes.append("int8 weights with float matmuls: may be slower than a dynamic-int8 export")
+        notes.append("weight-only int8 (float matmuls): may be slower than a dynamic-int8 export")
     return VerifyReport(
         name=manifest.name,
         contract=embedder.contract,
