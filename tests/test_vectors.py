@@ -250,3 +250,17 @@ def test_reads_during_writes_stay_consistent() -> None:
         stop.set()
         t.join()
         sys.setswitchinterval(old_interval)
+
+
+def test_rows_is_a_read_only_view_of_the_live_rows() -> None:
+    rng = np.random.default_rng(9)
+    m = unit_rows(rng, 5, 4)
+    vm = VectorMatrix(4)
+    vm.add_many(list("abcde"), m)
+    rows = vm.rows()
+    assert rows.shape == (5, 4)
+    np.testing.assert_array_equal(rows, m)
+    with pytest.raises(ValueError):
+        rows[0, 0] = 2.0
+    vm.add("f", m[0])  # the matrix itself stays writable
+    assert vm.rows().shape == (6, 4)

@@ -46,6 +46,40 @@ _HEX = frozenset("0123456789abcdef")
 
 Adjacency = dict[EdgeType, dict[str, dict[str, Edge]]]
 
+# name -> one node id, or an insertion-ordered set of them. Nearly every name
+# has exactly one id, so the common case costs no container of its own.
+_MultiIndex = dict[str, str | dict[str, None]]
+
+
+def _multi_add(index: _MultiIndex, name: str, node_id: str) -> None:
+    held = index.get(name)
+    if held is None or held == node_id:
+        index[name] = node_id
+    elif isinstance(held, str):
+        index[name] = {held: None, node_id: None}
+    else:
+        held[node_id] = None
+
+
+def _multi_remove(index: _MultiIndex, name: str, node_id: str) -> None:
+    held = index.get(name)
+    if held is None:
+        return
+    if isinstance(held, str):
+        if held == node_id:
+            del index[name]
+        return
+    held.pop(node_id, None)
+    if len(held) == 1:
+        index[name] = next(iter(held))
+
+
+def _multi_get(index: _MultiIndex, name: str) -> list[str]:
+    held = index.get(name)
+    if held is None:
+        return []
+    return [held] if isinstance(held, str) else list(held)
+
 
 @dataclass
 class Neighbourhood:
@@ -66,10 +100,11 @@ class SessionGraph:
         self._concepts: dict[str, Concept] = {}
         self._out: Adjacency = {t: {} for t in EdgeType}
         self._in: Adjacency = {t: {} for t in EdgeType}
-        self._by_prefix: dict[str, dict[str, None]] = {}  # short id -> ordered id set
-        self._by_key: dict[str, dict[str, None]] = {}  # canonical key -> ordered id set
+        self._by_prefix: _MultiIndex = {}  # short id -> node id(s)
+        self._by_key: _MultiIndex = {}  # canonical key -> node id(s)
         self._interactions: set[str] = set()
         self._edge_count = 0
+        self._strings: dict[str, str] = {}  # see _shared
 
     # -- building ---------------------------------------------------------------
     @classmethod
@@ -87,10 +122,45 @@ class SessionGraph:
         """Adopt stored edges as they are (the store already merged repeats).
 
         The Edge objects are kept (weights change in place on reinforcement).
+        ``add_edge`` without copies or reinforcement: it runs once per stored edge at open.
         """
+        out, inn, share = self._out, self._in, self._strings.setdefault  # see _shared
+        interactions = self._interactions
+        derives = EdgeType.DERIVES
+        added = 0
         for edge in edges:
-            self._put_edge(edge, reinforce=False, owned=True)
+            edge.session = self.session
+            src = edge.src = share(edge.src, edge.src)
+            dst = edge.dst = share(edge.dst, edge.dst)
+            edge.agent_id = share(edge.agent_id, edge.agent_id)
+            by_src = out[edge.edge_type].get(src)
+            if by_src is None:
+                by_src = out[edge.edge_type][src] = {}
+            existing = by_src.get(dst)
+            if existing is not None:
+                existing.weight = edge.weight
+                continue
+            by_src[dst] = edge
+            by_dst = inn[edge.edge_type].get(dst)
+            if by_dst is None:
+                by_dst = inn[edge.edge_type][dst] = {}
+            by_dst[src] = edge
+            added += 1
+            if edge.interaction_id:
+                edge.interaction_id = share(edge.interaction_id, edge.interaction_id)
+                interactions.add(edge.interaction_id)
+            if edge.edge_type is derives:
+                interactions.add(src)
+        self._edge_count += added
         self.version += 1
+
+    def _shared(self, text: str) -> str:
+        """One string object per distinct id, agent or session value.
+
+        SQLite hands out a fresh string per row, so without this every edge
+        end and every concept's agent and interaction would be its own copy.
+        """
+        return self._strings.setdefault(text, text)
 
     # -- mutation (caller holds the index lock) ---------------------------------
     def add_concept(self, concept: Concept) -> None:
@@ -110,26 +180,25 @@ class SessionGraph:
             kept = concept
         else:
             kept = dataclasses.replace(concept, vector=None)
+        share = self._shared
+        kept.id = share(kept.id)
+        kept.session = self.session if kept.session == self.session else kept.session
+        kept.agent_id = share(kept.agent_id)
+        if kept.interaction_id:
+            kept.interaction_id = share(kept.interaction_id)
         old = self._concepts.get(kept.id)
         if old is not None:
             self._unindex(old)
         self._concepts[kept.id] = kept
-        self._by_prefix.setdefault(short_id(kept.id), {})[kept.id] = None
-        self._by_key.setdefault(kept.canonical_key, {})[kept.id] = None
+        _multi_add(self._by_prefix, short_id(kept.id), kept.id)
+        _multi_add(self._by_key, kept.canonical_key, kept.id)
         if kept.interaction_id:
             self._interactions.add(kept.interaction_id)
         self.version += 1
 
     def _unindex(self, concept: Concept) -> None:
-        for index, name in (
-            (self._by_prefix, short_id(concept.id)),
-            (self._by_key, concept.canonical_key),
-        ):
-            ids = index.get(name)
-            if ids is not None:
-                ids.pop(concept.id, None)
-                if not ids:
-                    del index[name]
+        _multi_remove(self._by_prefix, short_id(concept.id), concept.id)
+        _multi_remove(self._by_key, concept.canonical_key, concept.id)
 
     def add_edge(self, edge: Edge) -> Edge:
         """Add an edge, or reinforce the one already on (src, dst, type).
@@ -138,31 +207,25 @@ class SessionGraph:
         ``EDGE_WEIGHT_CAP``); a repeat adds 1.0 to the weight, capped, and keeps
         the first interaction, agent and times. Returns the edge the graph holds.
         """
-        kept = self._put_edge(edge, reinforce=True, owned=False)
-        self.version += 1
-        return kept
-
-    def _put_edge(self, edge: Edge, *, reinforce: bool, owned: bool) -> Edge:
         by_src = self._out[edge.edge_type].setdefault(edge.src, {})
         existing = by_src.get(edge.dst)
         if existing is not None:
-            if reinforce:
-                existing.weight = min(existing.weight + 1.0, EDGE_WEIGHT_CAP)
-            else:
-                existing.weight = edge.weight
+            existing.weight = min(existing.weight + 1.0, EDGE_WEIGHT_CAP)
+            self.version += 1
             return existing
-        # weights change in place, so keep our own copy unless the object is ours;
-        # a new edge's weight is capped like the store caps it
-        kept = (
-            edge if owned else dataclasses.replace(edge, weight=min(edge.weight, EDGE_WEIGHT_CAP))
-        )
-        by_src[edge.dst] = kept
-        self._in[edge.edge_type].setdefault(edge.dst, {})[edge.src] = kept
+        # our own copy, since weights change in place; capped like the store caps it
+        kept = dataclasses.replace(edge, weight=min(edge.weight, EDGE_WEIGHT_CAP))
+        share = self._shared
+        kept.src, kept.dst, kept.agent_id = share(edge.src), share(edge.dst), share(edge.agent_id)
+        if kept.interaction_id:
+            kept.interaction_id = share(kept.interaction_id)
+            self._interactions.add(kept.interaction_id)
+        if kept.edge_type is EdgeType.DERIVES:
+            self._interactions.add(kept.src)  # DERIVES starts at the interaction
+        by_src[kept.dst] = kept
+        self._in[kept.edge_type].setdefault(kept.dst, {})[kept.src] = kept
         self._edge_count += 1
-        if edge.interaction_id:
-            self._interactions.add(edge.interaction_id)
-        if edge.edge_type is EdgeType.DERIVES:
-            self._interactions.add(edge.src)  # DERIVES starts at the interaction
+        self.version += 1
         return kept
 
     def add_interaction(self, interaction_id: str) -> None:
@@ -173,6 +236,7 @@ class SessionGraph:
         concept = self._concepts.pop(node_id, None)
         if concept is not None:
             self._unindex(concept)
+        self._strings.pop(node_id, None)
         for edge_type in EdgeType:
             out, inn = self._out[edge_type], self._in[edge_type]
             for dst in out.pop(node_id, {}):
@@ -243,10 +307,10 @@ class SessionGraph:
         key = hex8.lower()
         if len(key) != 8 or not _HEX.issuperset(key):
             return []
-        return [self._concepts[i] for i in self._by_prefix.get(key, ())]
+        return [self._concepts[i] for i in _multi_get(self._by_prefix, key)]
 
     def concepts_with_key(self, canonical_key: str) -> list[Concept]:
-        return [self._concepts[i] for i in self._by_key.get(canonical_key, ())]
+        return [self._concepts[i] for i in _multi_get(self._by_key, canonical_key)]
 
     def is_interaction(self, some_id: str) -> bool:
         return some_id in self._interactions

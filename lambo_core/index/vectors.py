@@ -77,6 +77,15 @@ class VectorMatrix:
         """A copy of the ids in row order."""
         return list(self._ids)
 
+    def rows(self) -> npt.NDArray[np.float32]:
+        """The live rows ``[n, dim]`` as a read-only view (no copy).
+
+        Valid only until the next mutation; hold the index lock while using it.
+        """
+        view = self._mat[: len(self._ids)]
+        view.flags.writeable = False
+        return view
+
     # -- validation -----------------------------------------------------------
     def _as_row(self, vec: npt.ArrayLike) -> npt.NDArray[np.float32]:
         arr = np.asarray(vec)
