@@ -105,6 +105,15 @@ def tensor(name: str, array: npt.NDArray[np.generic]) -> bytes:
     return dims + _int(2, _DTYPES[array.dtype]) + _str(8, name) + _len(9, array.tobytes())
 
 
+def external_tensor(name: str, array: npt.NDArray[np.generic], location: str) -> bytes:
+    """A TensorProto whose data lives in ``location`` beside the model: external_data=13
+    ({key=1, value=2} entries), data_location=14 (EXTERNAL=1)."""
+    dims = b"".join(_int(1, d) for d in array.shape)
+    entries = [("location", location), ("offset", "0"), ("length", str(array.nbytes))]
+    external = b"".join(_len(13, _str(1, k) + _str(2, v)) for k, v in entries)
+    return dims + _int(2, _DTYPES[array.dtype]) + _str(8, name) + external + _int(14, 1)
+
+
 def attr_int(name: str, value: int) -> bytes:
     """AttributeProto: name=1, i=3, type=20 (INT=2)."""
     return _str(1, name) + _int(3, value) + _int(20, 2)
@@ -225,6 +234,7 @@ def tiny_bge_m3(
     extra_input: str | None = None,
     seed: int = 7,
     max_length: int = 64,
+    external_data: str | None = None,
 ) -> TinyModel:
     """A graph with BGE-M3's inputs (input_ids, attention_mask; no token_type_ids).
 
@@ -233,13 +243,16 @@ def tiny_bge_m3(
       (so row 0, the CLS row, is E[<s>] + S: it depends on the whole text).
     layout "dense": outputs dense_vecs = 3 * S [b, h], sparse_vecs [b, s],
       colbert_vecs = H0 * mask [b, s, h], in the order gpahal's export has them.
+    ``external_data`` keeps E in that file beside the graph (like model.onnx_data).
     """
     where.mkdir(parents=True, exist_ok=True)
     vocab = xlmr_tokenizer(where / "tokenizer.json", max_length=max_length)
     rng = np.random.default_rng(seed)
     table = rng.standard_normal((len(vocab), hidden)).astype(np.float32)
+    if external_data:  # the embedding table in a file beside the graph, as big exports do
+        (where / external_data).write_bytes(table.tobytes())
     inits = [
-        tensor("E", table),
+        external_tensor("E", table, external_data) if external_data else tensor("E", table),
         tensor("axis1", np.array([1], dtype=np.int64)),
         tensor("axis2", np.array([2], dtype=np.int64)),
     ]

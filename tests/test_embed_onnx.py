@@ -291,6 +291,25 @@ def test_output_by_index_picks_the_first_output(tmp_path: Path) -> None:
     np.testing.assert_allclose(out[0], unit(tiny.table[tiny.ids("red sky")].sum(axis=0)), atol=1e-5)
 
 
+def test_import_copies_external_weight_files(tmp_path: Path) -> None:
+    tiny = tiny_bge_m3(tmp_path / "src", layout="dense", external_data="model.onnx_data")
+    assert scan_onnx(tiny.dir / "model.onnx").external_data == {"model.onnx_data"}
+    path = import_model(tiny.dir, "ext", tmp_path / "models")
+    assert set(ModelManifest.read(path).files) == {
+        "model.onnx",
+        "tokenizer.json",
+        "model.onnx_data",
+    }
+    out = OnnxEmbedder(path, threads=1).embed(["red sky"])
+    np.testing.assert_allclose(out[0], unit(tiny.table[tiny.ids("red sky")].sum(axis=0)), atol=1e-5)
+    (tiny.dir / "model.onnx_data").unlink()
+    with pytest.raises(
+        ConfigError, match=r"model\.onnx keeps weights in model\.onnx_data, which is not in the"
+    ):
+        import_model(tiny.dir, "ext2", tmp_path / "models")
+    assert not (tmp_path / "models" / "ext2").exists()
+
+
 def test_a_per_token_output_without_pooling_is_refused(tmp_path: Path) -> None:
     tiny = tiny_bge_m3(tmp_path / "src", layout="hidden")
     with pytest.raises(ConfigError, match="--pooling cls or --pooling mean"):

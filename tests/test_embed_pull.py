@@ -239,6 +239,20 @@ def test_hub_errors_are_clear(
         pull_model("tiny", tmp_path / "m", f"http://127.0.0.1:{port}", catalog=catalog)
 
 
+def test_a_graph_needing_unfetched_weights_installs_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    tiny = tiny_bge_m3(tmp_path / "src", layout="dense", external_data="model.onnx_data")
+    hub.add(
+        "acme/tiny-onnx",
+        COMMIT,
+        {"onnx/model_quantized.onnx": (tiny.dir / "model.onnx").read_bytes()},
+    )
+    hub.add("acme/tok", TOK_COMMIT, {"tokenizer.json": (tiny.dir / "tokenizer.json").read_bytes()})
+    base = hub.start()
+    with pytest.raises(ModelFetchError, match=r"keeps weights in model\.onnx_data"):
+        pull_model("tiny", tmp_path / "m", base, progress=False, catalog={"tiny": _entry()})
+    assert not (tmp_path / "m" / "tiny").exists()
+
+
 def test_a_file_missing_from_the_listing_is_named(hub: FakeHub, tmp_path: Path) -> None:
     hub.add("acme/tiny-onnx", COMMIT, {"other.onnx": b"x"})
     hub.add("acme/tok", TOK_COMMIT, {"tokenizer.json": b"{}"})

@@ -487,6 +487,12 @@ def pull_model(
             digests[remote.spec.local] = _check(remote, part)
             os.replace(part, done)
         scan = scan_onnx(staging / next(r.key for r in plan if r.spec.local == entry.model_file))
+        unfetched = sorted(scan.external_data - {r.spec.local for r in plan})
+        if unfetched:
+            raise ModelFetchError(
+                f"{entry.model_file} keeps weights in {', '.join(unfetched)}, which the catalog "
+                f"entry {name} does not fetch; nothing was installed"
+            )
         if scan.quantization != entry.quantization:
             log.warning(
                 "model %s: the catalog says %s but its graph is %s",
@@ -666,6 +672,13 @@ def import_model(
         raise ConfigError(
             f"{model_path.name} in the directory given is not an ONNX model", detail=repr(exc)
         ) from None
+    for location in sorted(scan.external_data):
+        extra = model_path.parent / location
+        if ".." in Path(location).parts or Path(location).is_absolute() or not extra.is_file():
+            raise ConfigError(
+                f"{model_path.name} keeps weights in {location}, which is not in the "
+                "directory given"
+            )
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
@@ -733,18 +746,8 @@ def import_model(
                 model_path.name: _copy_hashing(model_path, tmp / model_path.name),
                 "tokenizer.json": _copy_hashing(tokenizer_path, tmp / "tokenizer.json"),
             }
-            for location in sorted(scan.external_data):
-                extra = model_path.parent / location
-                if (
-                    ".." in Path(location).parts
-                    or Path(location).is_absolute()
-                    or not extra.is_file()
-                ):
-                    raise ConfigError(
-                        f"{model_path.name} keeps weights in {location}, which is not in the "
-                        "directory given"
-                    )
-                files[location] = _copy_hashing(extra, tmp / location)
+            for location in sorted(scan.external_data):  # checked above
+                files[location] = _copy_hashing(model_path.parent / location, tmp / location)
             manifest = ModelManifest(
                 name=name,
                 model_file=model_path.name,
