@@ -19,6 +19,7 @@ import click
 
 from . import __version__
 from .config import Config, load_config, render_default_file, render_show, store_flags
+from .embed.commands import model_group
 from .errors import ConfigError, ErrorKind, LamboError
 
 log = logging.getLogger("lambo")
@@ -128,6 +129,9 @@ def provision(ctx: Context, store: str | None) -> None:
 
     config = ctx.config(store_flags(store))
     click.echo(provision_store(config))
+
+
+cli.add_command(model_group)
 
 
 def main(argv: list[str] | None = None) -> int:
