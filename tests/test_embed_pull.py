@@ -359,3 +359,26 @@ def test_verify_reports_contract_and_timing(tmp_path: Path) -> None:
     assert report.contract == {"kind": "onnx", "model": "mini", "dim": 384}
     assert report.files_checked == 2 and report.embed_ms > 0 and report.load_seconds > 0
     assert any("weight-only" in note for note in report.notes)
+
+
+def test_the_group_reads_the_root_config_flag(tmp_path: Path, lambo_home: Path) -> None:
+    """Mounted under a root group like `lambo`'s, the group honours its --config."""
+    import click
+
+    from lambo_core.cli import Context
+
+    @click.group()
+    @click.option("--config", "config_path")
+    @click.pass_context
+    def root(ctx: click.Context, config_path: str | None) -> None:
+        ctx.obj = Context(config_path)
+
+    root.add_command(model_group)
+    elsewhere = tmp_path / "conf" / "other.toml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text('[embedder]\nmodel = "nosuch"\n')
+    result = CliRunner().invoke(root, ["--config", str(elsewhere), "model", "verify"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith('lambo: configuration error: embedder.model "nosuch" is not')
+    result = CliRunner().invoke(root, ["model", "verify"])  # without it: the default, bge-m3
+    assert 'no embedding model is installed for embedder.model = "bge-m3"' in result.stderr
