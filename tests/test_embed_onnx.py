@@ -291,6 +291,12 @@ def test_output_by_index_picks_the_first_output(tmp_path: Path) -> None:
     np.testing.assert_allclose(out[0], unit(tiny.table[tiny.ids("red sky")].sum(axis=0)), atol=1e-5)
 
 
+def test_an_import_under_a_catalog_name_keeps_its_calibration(tmp_path: Path) -> None:
+    path = import_model(minilm_source_dir(tmp_path / "src"), "minilm", tmp_path / "m", "mean")
+    assert OnnxEmbedder(path, threads=1).merge_threshold == 0.73
+    assert OnnxEmbedder(path, threads=1).contract["model"] == "minilm"
+
+
 def test_import_copies_external_weight_files(tmp_path: Path) -> None:
     tiny = tiny_bge_m3(tmp_path / "src", layout="dense", external_data="model.onnx_data")
     assert scan_onnx(tiny.dir / "model.onnx").external_data == {"model.onnx_data"}

@@ -759,7 +759,10 @@ def import_model(
                 token_type_ids="token_type_ids" in inputs,
                 pad_id=pad_id,
                 pad_token=pad_token,
-                merge_threshold=merge_threshold,
+                # A local copy of a catalog model (the offline path) keeps its calibration.
+                merge_threshold=merge_threshold
+                if merge_threshold is not None
+                else (CATALOG[name].merge_threshold if name in CATALOG else None),
                 quantization=scan.quantization,
                 files=files,
                 source={"kind": "import", "model_file": str(model_path.relative_to(src))},
