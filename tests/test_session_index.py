@@ -277,3 +277,15 @@ def test_remove_concepts_mirrors_the_store(store: Store) -> None:
     assert snapshot(live) == snapshot(SessionIndex.open(store, S))
     assert live.graph.blast_radius(c.id) == 0
     assert live.graph.is_interaction(inter.id)
+
+
+def test_open_restores_numpy_hugepage_advice(store: Store) -> None:
+    switch = session_index_module._madvise_switch()
+    if switch is None:
+        pytest.skip("this numpy has no madvise switch")
+    before = switch(True)
+    try:
+        SessionIndex.open(store, S)
+        assert switch(True) is True  # open switched it off and back on
+    finally:
+        switch(before)
