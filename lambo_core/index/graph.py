@@ -129,7 +129,8 @@ class SessionGraph:
         derives = EdgeType.DERIVES
         added = 0
         for edge in edges:
-            edge.session = self.session
+            if edge.session == self.session:
+                edge.session = self.session
             src = edge.src = share(edge.src, edge.src)
             dst = edge.dst = share(edge.dst, edge.dst)
             edge.agent_id = share(edge.agent_id, edge.agent_id)
@@ -207,16 +208,22 @@ class SessionGraph:
         ``EDGE_WEIGHT_CAP``); a repeat adds 1.0 to the weight, capped, and keeps
         the first interaction, agent and times. Returns the edge the graph holds.
         """
-        by_src = self._out[edge.edge_type].setdefault(edge.src, {})
-        existing = by_src.get(edge.dst)
+        share = self._shared
+        src, dst = share(edge.src), share(edge.dst)
+        by_src = self._out[edge.edge_type].setdefault(src, {})
+        existing = by_src.get(dst)
         if existing is not None:
             existing.weight = min(existing.weight + 1.0, EDGE_WEIGHT_CAP)
             self.version += 1
             return existing
         # our own copy, since weights change in place; capped like the store caps it
-        kept = dataclasses.replace(edge, weight=min(edge.weight, EDGE_WEIGHT_CAP))
-        share = self._shared
-        kept.src, kept.dst, kept.agent_id = share(edge.src), share(edge.dst), share(edge.agent_id)
+        kept = dataclasses.replace(
+            edge,
+            src=src,
+            dst=dst,
+            agent_id=share(edge.agent_id),
+            weight=min(edge.weight, EDGE_WEIGHT_CAP),
+        )
         if kept.interaction_id:
             kept.interaction_id = share(kept.interaction_id)
             self._interactions.add(kept.interaction_id)
