@@ -435,6 +435,12 @@ class OnnxEmbedder:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
+        # No spin-waiting between ops: a serve shares its cores with the agent and
+        # its tools, and with cores busy, spinning workers starve each other.
+        # Measured here with the MiniLM (2 threads, load ~2.5 on 2 cores, A/B
+        # interleaved): batch 1 85 -> 166 sentences/s, batch 32 176 -> 432;
+        # 1 thread unchanged. It also stops burning CPU between calls.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self._session = ort.InferenceSession(
                 str(self.model_dir / manifest.model_file),
