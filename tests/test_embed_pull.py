@@ -382,3 +382,18 @@ def test_the_group_reads_the_root_config_flag(tmp_path: Path, lambo_home: Path) 
     assert result.stderr.startswith('lambo: configuration error: embedder.model "nosuch" is not')
     result = CliRunner().invoke(root, ["model", "verify"])  # without it: the default, bge-m3
     assert 'no embedding model is installed for embedder.model = "bge-m3"' in result.stderr
+
+
+def test_files_verified_by_a_failed_pull_are_not_fetched_again(
+    served: tuple[str, dict[str, CatalogModel], bytes], hub: FakeHub, tmp_path: Path
+) -> None:
+    base, catalog, model = served
+    hub.corrupt.add("tokenizer.json")
+    with pytest.raises(ModelFetchError):
+        pull_model("tiny", tmp_path / "m", base, progress=False, catalog=catalog)
+    assert (tmp_path / "m" / ".pull-tiny" / hashlib.sha256(model).hexdigest()).is_file()
+    hub.corrupt.clear()
+    hub.requests.clear()
+    pull_model("tiny", tmp_path / "m", base, progress=False, catalog=catalog)
+    assert [path.rsplit("/", 1)[1] for path, _ in hub.file_gets()] == ["tokenizer.json"]
+    assert (tmp_path / "m" / "tiny" / "model.onnx").read_bytes() == model
