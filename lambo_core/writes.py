@@ -104,6 +104,9 @@ class _Plan:
 class _TransientFailure(LamboError):
     """The embedder did not answer: the receipt fails, the intent is kept for the next server."""
 
+    def render(self) -> str:
+        return self.message
+
 
 class WritePipeline:
     """One session's write queue and its apply worker."""
@@ -293,6 +296,10 @@ class WritePipeline:
             raise _TransientFailure(
                 "the embedder did not finish loading in time", detail="embedder still loading"
             ) from None
+        except LamboError as exc:
+            # No model installed (or it failed to load): this write fails, but its intent
+            # is kept so a server that has the model replays it.
+            raise _TransientFailure(exc.render()) from None
         texts = self._texts_to_embed(payload)
         try:
             matrix = embedder.embed(texts)

@@ -234,3 +234,25 @@ def test_similar_wording_merges_but_different_numbers_do_not(pipeline: WritePipe
     other = settled(pipeline, derive(pipeline, c("the embedder listens on port 8081")))
     assert other.data["created_count"] == 1  # numbers differ: never merged
     assert first.data["created"] != other.data["created"]
+
+
+def test_without_a_model_writes_fail_on_the_receipt_and_stay_owed(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    from lambo_core.config import load_config
+
+    config = load_config(env={"LAMBO_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    plan = EmbedderPlan.from_config(config)  # nothing installed under this LAMBO_HOME
+    path = tmp_path / "n.db"
+    p = open_pipeline(SqliteStore(path), plan)
+    view = settled(p, derive(p, c("needs an embedder")))
+    assert view.state is ReceiptState.FAILED
+    assert "lambo model pull" in view.detail and "canonical" in view.detail
+    assert view.detail.endswith("nothing was written")
+    assert p.session.index.graph.concepts_with_key("needs an embedder") == []
+    p.close()
+    # The intent is kept: a server that has the model applies it.
+    p2 = open_pipeline(SqliteStore(path), EmbedderPlan.ready(minilm))
+    assert p2.wait_idle(60) and p2.replayed == 1
+    assert p2.session.index.graph.concepts_with_key("needs an embedder")
+    p2.close()
