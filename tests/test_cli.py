@@ -96,7 +96,7 @@ def test_unknown_settings_fail_at_start(tmp_path: Path, toml: str, needle: str) 
 def test_provision_is_safe_to_run_twice(lambo_home: Path, tmp_path: Path) -> None:
     first = run("provision")
     assert first.returncode == 0, first.stderr
-    assert "applied migrations 1, 2" in first.stdout
+    assert "applied migrations 1, 2, 3" in first.stdout
     assert (lambo_home / "data" / "lambo.db").is_file()
     second = run("provision")
     assert second.returncode == 0

@@ -30,6 +30,7 @@ from lambo_core.model import (
 )
 from lambo_core.store import MemoryStore, SqliteStore, Store, open_store, provision_store
 from lambo_core.store.base import EDGE_WEIGHT_CAP
+from lambo_core.store.migrations import LATEST_VERSION
 
 S = "sess"
 T0 = 1_700_000_000.0
@@ -185,7 +186,7 @@ def test_gc_clock_is_persisted(store: Store) -> None:
 
 
 def test_schema_version_is_latest(store: Store) -> None:
-    assert store.schema_version() == 2
+    assert store.schema_version() == LATEST_VERSION
 
 
 # -- apply -----------------------------------------------------------------------------
@@ -831,7 +832,7 @@ def test_provision_store_is_safe_to_run_twice(db_path: Path) -> None:
         )
 
     first = provision_store(config("sqlite"))
-    assert "applied migrations 1, 2" in first and "schema version 2" in first
+    assert "applied migrations 1, 2, 3" in first and f"schema version {LATEST_VERSION}" in first
     assert db_path.exists()
     assert "already current" in provision_store(config("sqlite"))
     assert "nothing to provision" in provision_store(config("memory"))

@@ -191,6 +191,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "concepts.gc_survived: garbage-collection sweeps a concept has outlived",
         ("ALTER TABLE concepts ADD COLUMN gc_survived INTEGER NOT NULL DEFAULT 0",),
     ),
+    Migration(
+        3,
+        "session-ordered indexes: opening a session scans its rows in order without a sort",
+        (
+            "CREATE INDEX concepts_session_rid ON concepts(session, rid)",
+            "CREATE INDEX edges_session_eid ON edges(session, eid)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
