@@ -131,6 +131,71 @@ def provision(ctx: Context, store: str | None) -> None:
     click.echo(provision_store(config))
 
 
+@cli.command("serve")
+@click.option("--session", required=True, help="the session to hold and serve")
+@click.option(
+    "--agent",
+    default="lambo-serve",
+    show_default=True,
+    help="the id this process holds the session lease under (not applied to callers' writes)",
+)
+@store_option
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default=None,
+    help="stdio (the default) or http",
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="HTTP port (7700)")
+@click.option("--bind", default=None, help="HTTP bind address (127.0.0.1)")
+@click.option(
+    "--allow-embedding-mismatch",
+    is_flag=True,
+    help="relabel a session written under another embedding contract to this server's",
+)
+@pass_ctx
+@reports_errors
+def serve(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    transport: str | None,
+    port: int | None,
+    bind: str | None,
+    allow_embedding_mismatch: bool,
+) -> None:
+    """Serve a session's memory over MCP (stdio by default).
+
+    \b
+    Example, as an MCP client's command:
+      lambo serve --session demo
+    """
+    import anyio
+
+    from .serve import ServeOptions, serve_stdio
+    from .text import check_agent_id, check_string
+
+    flags = {
+        **store_flags(store),
+        "serve.transport": transport,
+        "serve.port": port,
+        "serve.bind": bind,
+    }
+    config = ctx.config(flags)
+    options = ServeOptions(
+        session=check_string("--session", session),
+        agent=check_agent_id(agent),
+        allow_embedding_mismatch=allow_embedding_mismatch,
+    )
+    if config.get("serve.transport") == "http":
+        raise ConfigError(
+            "the HTTP transport is not available in this version yet; serve over stdio "
+            "(the default)"
+        )
+    anyio.run(serve_stdio, config, options)
+
+
 cli.add_command(model_group)
 
 

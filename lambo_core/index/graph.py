@@ -281,6 +281,10 @@ class SessionGraph:
     def edge_count(self) -> int:
         return self._edge_count
 
+    @property
+    def interaction_count(self) -> int:
+        return len(self._interactions)
+
     def concept_ids(self) -> list[str]:
         return list(self._concepts)
 

@@ -1,0 +1,61 @@
+"""The MCP server: the SDK's low-level ``Server`` over lambo's tool handler.
+
+The low-level server publishes our hand-written schemas and leaves argument
+validation to us, which is what we want: lambo refuses in the spec's order
+and words. The handler is either the local ``MemoryService`` (this process
+holds the session) or a forwarder to the hub that does; the server cannot
+tell the difference.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp.types as types
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
+
+from .. import __version__
+from .tools import DESCRIPTIONS, SCHEMAS, TOOL_ORDER, instructions
+
+log = logging.getLogger(__name__)
+
+# (tool, arguments) -> CallToolResult as its JSON wire form.
+CallHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def tool_list(names: list[str] | None = None) -> list[types.Tool]:
+    served = set(names) if names is not None else set(TOOL_ORDER)
+    return [
+        types.Tool(name=name, description=DESCRIPTIONS[name], input_schema=SCHEMAS[name])
+        for name in TOOL_ORDER
+        if name in served
+    ]
+
+
+def build_server(
+    session: str, handler: CallHandler, tool_names: Callable[[], list[str]]
+) -> Server[Any]:
+    """An MCP server for ``session`` whose tool calls go to ``handler``."""
+
+    async def on_list_tools(
+        ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tool_list(tool_names()))
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        name = params.name
+        if name not in tool_names():
+            raise MCPError(types.INVALID_PARAMS, "unknown tool; call tools/list for the tools")
+        result = await handler(name, dict(params.arguments or {}))
+        return types.CallToolResult.model_validate(result)
+
+    return Server(
+        "lambo",
+        version=__version__,
+        instructions=instructions(session),
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )

@@ -1,0 +1,230 @@
+"""The published face of the tools: input schemas, descriptions, server instructions.
+
+The schemas carry every bound the spec's Limits table sets (maxLength on every
+string, enums, minimum/maximum, ``additionalProperties: false``) so a client
+that validates can catch a bad value before sending it. lambo validates every
+call itself anyway (the low-level SDK server does not), in the spec's order
+and with its texts; the schemas are a courtesy, never the check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import ConceptType
+
+STRING = 16_384  # characters; the real cap is 16 KB of UTF-8, checked by lambo
+
+_AGENT_ID = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 256,
+    "description": "Your stable agent id (one line, at most 256 characters): your model or "
+    "client id, the same on every call.",
+}
+_SCOPE = {
+    "type": "string",
+    "maxLength": STRING,
+    "description": "The session to act on; omit it, or send this session's name.",
+}
+_EVENT_TIME = {
+    "type": "string",
+    "maxLength": 64,
+    "description": "Optional RFC3339 about-time for a historical fact (a commit or document "
+    "date). Omit it for a live fact.",
+}
+
+
+def _refs(max_items: int, what: str) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "maxItems": max_items,
+        "items": {"type": "string", "maxLength": STRING},
+        "description": what,
+    }
+
+
+def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": required,
+        "properties": properties,
+    }
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "lambo_recall": _object(
+        ["agent_id", "query"],
+        {
+            "agent_id": _AGENT_ID,
+            "query": {"type": "string", "maxLength": STRING, "description": "What to recall."},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+            "max_tokens": {"type": "integer", "minimum": 1, "maximum": 100_000, "default": 500},
+            "traversal_depth": {"type": "integer", "minimum": 0, "maximum": 5, "default": 2},
+            "scope": _SCOPE,
+        },
+    ),
+    "lambo_derive": _object(
+        ["agent_id", "concepts"],
+        {
+            "agent_id": _AGENT_ID,
+            "concepts": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 64,
+                "items": _object(
+                    ["content", "concept_type"],
+                    {
+                        "content": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": STRING,
+                            "description": "One fact, stated atomically and short.",
+                        },
+                        "concept_type": {"type": "string", "enum": ConceptType.wire_names()},
+                        "depends_on": _refs(
+                            8,
+                            "Existing concepts this one rests on: the 8-hex id recall shows, "
+                            "a full node id, or exact content.",
+                        ),
+                        "against": _refs(
+                            8, "Existing concepts this one contradicts, named the same ways."
+                        ),
+                    },
+                ),
+            },
+            "event_time": _EVENT_TIME,
+            "parent_of": {
+                "type": "array",
+                "maxItems": 256,
+                "items": _object(
+                    ["parent", "child"],
+                    {
+                        "parent": {"type": "string", "minLength": 1, "maxLength": STRING},
+                        "child": {"type": "string", "minLength": 1, "maxLength": STRING},
+                    },
+                ),
+            },
+            "scope": _SCOPE,
+        },
+    ),
+    "lambo_record_action": _object(
+        ["agent_id", "action"],
+        {
+            "agent_id": _AGENT_ID,
+            "action": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": STRING,
+                "description": "What you did, as a short line (merged PR #52).",
+            },
+            "event_time": _EVENT_TIME,
+            "against": _refs(8, "Existing concepts this action shows to be wrong."),
+            "produces": _refs(64, "What the action produced (64 entries across the three)."),
+            "modifies": _refs(64, "What the action changed."),
+            "depends_on": _refs(64, "What the action relied on: an id cites, text names."),
+            "scope": _SCOPE,
+        },
+    ),
+    "lambo_reserve": _object(
+        ["agent_id", "node_id"],
+        {
+            "agent_id": _AGENT_ID,
+            "node_id": {"type": "string", "maxLength": 64, "description": "A node UUID."},
+            "ttl_seconds": {"type": "integer", "minimum": 1, "maximum": 3600, "default": 30},
+            "release": {"type": "boolean", "default": False},
+            "scope": _SCOPE,
+        },
+    ),
+    "lambo_inspect": _object(
+        ["agent_id", "focus"],
+        {
+            "agent_id": _AGENT_ID,
+            "focus": {"type": "string", "minLength": 1, "maxLength": STRING},
+            "depth": {"type": "integer", "minimum": 0, "maximum": 5, "default": 2},
+            "scope": _SCOPE,
+        },
+    ),
+    "lambo_stale": _object(
+        ["agent_id"],
+        {
+            "agent_id": _AGENT_ID,
+            "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000_000},
+            "scope": _SCOPE,
+        },
+    ),
+    "lambo_saints": _object(["agent_id"], {"agent_id": _AGENT_ID, "scope": _SCOPE}),
+    "lambo_stats": _object(
+        ["agent_id"],
+        {
+            "agent_id": _AGENT_ID,
+            "receipt": {"type": "string", "maxLength": 128},
+            "wait_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "With receipt: wait up to this long (clamped at 34000).",
+            },
+        },
+    ),
+}
+
+DESCRIPTIONS: dict[str, str] = {
+    "lambo_recall": "Recall memory relevant to a query: a context block of concepts with "
+    "canonical markers, blast-radius and contradiction warnings; hits as structured content.",
+    "lambo_derive": "Store new concepts learned now: each one fact, short. Cite what a concept "
+    "rests on in depends_on and what it shows wrong in against. Applied in the background; "
+    "the ack carries a receipt.",
+    "lambo_record_action": "Record something you did, with what it produces, modifies and "
+    "depends on. Applied in the background; the ack carries a receipt.",
+    "lambo_reserve": "Take (or with release, drop) a soft lock on a node before editing it.",
+    "lambo_inspect": "Look at a concept's neighbourhood: type, status, blast radius, "
+    "dependents and edges both ways.",
+    "lambo_stale": "List dependencies that rest on a contradicted concept.",
+    "lambo_saints": "List the session's canonical memories.",
+    "lambo_stats": "Session health, write-queue figures, and what happened to a write "
+    "(receipt, with wait_ms to block until it lands).",
+}
+
+# Order in which tools are listed.
+TOOL_ORDER = (
+    "lambo_recall",
+    "lambo_derive",
+    "lambo_record_action",
+    "lambo_reserve",
+    "lambo_inspect",
+    "lambo_stale",
+    "lambo_saints",
+    "lambo_stats",
+)
+
+_INSTRUCTIONS = """\
+Lambo agentic graph memory for session '{session}'. Call lambo_recall before acting on a task
+to load relevant prior memory, lambo_derive and lambo_record_action to write what you
+learned and did, lambo_reserve before editing a shared concept, and lambo_inspect /
+lambo_saints / lambo_stats to look around. A concept is one fact, stated atomically and
+short, such as a decision with its reason; it is not a log line or a paragraph, and
+activity goes to lambo_record_action. When a write rests on a ruling or decision recall
+showed you, cite it by its id (the 8 hex characters recall shows) in depends_on:
+lambo_record_action's, or the concept's on lambo_derive. When a write shows an existing
+concept to be wrong, name it the same way in against. Every tool takes your agent_id:
+use one stable id for as long as you run, never one per call, task or topic: your model or client id
+(<your-model-id>), with a stable instance suffix if several of you run at once. It is
+caller-asserted and unverified. Work is recorded under it, so a stable id keeps
+attribution whole. Soft locks are held under it: distinct ids contend for a node, and
+callers sharing an id share its locks and can release each other's, so concurrent agents
+that must keep out of each other's edits need distinct stable ids. created_at is
+server-stamped: do not send a client flush timestamp. lambo_derive and lambo_record_action
+may take optional RFC3339 event_time for historical about-time, such as a commit or
+document date; omit it for a live fact, which is about now. Ordering is yours to manage,
+and writes are applied in the BACKGROUND: lambo_derive and lambo_record_action return once
+your input is validated and ordered, and their ack carries a receipt id. Their outcome
+arrives on your next tool response. If you need a write visible to the very next read,
+call lambo_stats with that receipt and a wait_ms first; otherwise carry on — writes you
+send one after another are applied in that order (two you fire at once have no order to
+keep)."""
+
+
+def instructions(session: str) -> str:
+    """The server instructions: how the model should use the session's memory."""
+    return _INSTRUCTIONS.format(session=session)

@@ -1,0 +1,212 @@
+"""MemoryService: (tool name, arguments) -> ToolResult, for the MCP layer and the CLI alike.
+
+One service per held session. Each tool's handler validates its own
+arguments (in the spec's order, with the spec's texts) and raises a
+``LamboError`` to refuse; the service turns that into an error result and
+logs any internal detail. Successful results carry the caller's settled write
+receipts (at most 8) as a ``write receipts:`` text block and as
+``structuredContent.write_receipts``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .args import check_arguments, clamp_int, require
+from .config import Config
+from .errors import LamboError, ParameterError, internal_fault
+from .receipts import WAIT_MS_MAX, ReceiptView, render_line, render_piggyback, to_structured
+from .session import Session
+from .text import check_agent_id, check_string, format_rfc3339
+from .writes import WritePipeline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ToolResult:
+    """One tool call's answer: text blocks, structured content, and whether it is an error."""
+
+    texts: list[str]
+    structured: dict[str, Any] | None
+    is_error: bool = False
+
+    @classmethod
+    def error(cls, message: str) -> ToolResult:
+        return cls(texts=[message], structured=None, is_error=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The CallToolResult wire form (also what the hub forwards)."""
+        out: dict[str, Any] = {
+            "content": [{"type": "text", "text": t} for t in self.texts],
+            "isError": self.is_error,
+        }
+        if self.structured is not None:
+            out["structuredContent"] = self.structured
+        return out
+
+
+Handler = Callable[[Mapping[str, Any]], Awaitable[ToolResult]]
+
+
+# The tools this service answers, in the order they are listed.
+SERVED_TOOLS = ("lambo_derive", "lambo_record_action", "lambo_stats")
+
+
+class UnknownTool(LamboError):
+    """A tool name this server does not serve (the MCP layer answers -32602)."""
+
+
+class MemoryService:
+    """The tools of one session, served from this process."""
+
+    def __init__(self, session: Session, pipeline: WritePipeline, config: Config) -> None:
+        self.session = session
+        self.pipeline = pipeline
+        self.config = config
+        self._handlers: dict[str, Handler] = {
+            "lambo_derive": self._derive,
+            "lambo_record_action": self._record_action,
+            "lambo_stats": self._stats,
+        }
+
+    def tool_names(self) -> list[str]:
+        return [name for name in SERVED_TOOLS if name in self._handlers]
+
+    async def call(self, tool: str, arguments: object) -> ToolResult:
+        handler = self._handlers.get(tool)
+        if handler is None:
+            raise UnknownTool(f"unknown tool {tool!r}")
+        try:
+            if not isinstance(arguments, Mapping):
+                raise ParameterError(f"the arguments of {tool} must be an object")
+            result = await handler(arguments)
+        except LamboError as exc:
+            if exc.detail:
+                log.warning("%s on %s: %s", exc.kind.value, tool, exc.detail)
+            return ToolResult.error(exc.render())
+        except Exception as exc:
+            log.exception("%s failed", tool)
+            return ToolResult.error(internal_fault(repr(exc)).render())
+        self._piggyback(arguments, result)
+        return result
+
+    def _piggyback(self, arguments: Mapping[str, Any], result: ToolResult) -> None:
+        agent = arguments.get("agent_id")
+        if not isinstance(agent, str):
+            return
+        views = self.session.receipts.take_piggyback(agent, self.session.name)
+        if not views:
+            return
+        result.texts.append(render_piggyback(views))
+        if result.structured is not None:
+            result.structured["write_receipts"] = [to_structured(v) for v in views]
+
+    # -- writes -------------------------------------------------------------------------
+    async def _derive(self, args: Mapping[str, Any]) -> ToolResult:
+        ack = self.pipeline.submit("lambo_derive", args)
+        return ToolResult(texts=[ack.text], structured=ack.structured)
+
+    async def _record_action(self, args: Mapping[str, Any]) -> ToolResult:
+        ack = self.pipeline.submit("lambo_record_action", args)
+        return ToolResult(texts=[ack.text], structured=ack.structured)
+
+    # -- lambo_stats ----------------------------------------------------------------------
+    async def _stats(self, args: Mapping[str, Any]) -> ToolResult:
+        call = check_arguments("lambo_stats", args, ("agent_id", "receipt", "wait_ms"))
+        agent = check_agent_id(require(call, "agent_id"))
+        receipt_id = (
+            check_string("receipt", call["receipt"], max_bytes=128) if "receipt" in call else None
+        )
+        wait_ms = clamp_int("wait_ms", call["wait_ms"], 0, WAIT_MS_MAX) if "wait_ms" in call else 0
+        receipt: ReceiptView | None = None
+        if receipt_id is not None:
+            book = self.session.receipts
+            if wait_ms > 0:
+                receipt = await book.wait_async(receipt_id, agent, self.session.name, wait_ms)
+            else:
+                receipt = await anyio.to_thread.run_sync(
+                    book.lookup, receipt_id, agent, self.session.name
+                )
+        # Session figures are read after any wait, so they never disagree with the receipt.
+        payload = self.stats_payload()
+        lines = [self.stats_summary(payload)]
+        if receipt is not None:
+            payload["receipt"] = to_structured(receipt)
+            lines.insert(0, render_line(receipt))
+        return ToolResult(texts=["\n".join(lines)], structured=payload)
+
+    def stats_payload(self) -> dict[str, Any]:
+        session = self.session
+        with session.index.lock:
+            graph = session.index.graph
+            concepts = len(graph)
+            edges = graph.edge_count
+            interactions = graph.interaction_count
+            canonical = sum(1 for c in graph.iter_concepts() if c.status.value == "canonical")
+        record = session.store.get_session(session.name)
+        payload: dict[str, Any] = {
+            "session": session.name,
+            "node_count": concepts + interactions,
+            "concept_count": concepts,
+            "edge_count": edges,
+            "interaction_count": interactions,
+            # Applied writes are committed as they apply and intents before the ack,
+            # so nothing waits for a flush: the store holds every acked write.
+            "flush_lag_ms": 0.0,
+            "dead_lettered": 0,
+            "degraded": False,
+            "promotion_policy": str(self.config.get("canonization.promotion_policy")).capitalize(),
+            "canonization_cycles": 0,
+            "canonical_count": canonical,
+            "embedding_contract": dict(session.contract),
+            "embedding_modalities": session.modalities,
+            "embedder_state": self._embedder_state(),
+            "gc": {
+                "last_gc_at": (
+                    format_rfc3339(record.last_gc_at) if record and record.last_gc_at else None
+                ),
+                "last_gc_epoch": record.last_gc_epoch if record else 0,
+                "last_sweep": None,
+            },
+        }
+        payload.update(self.pipeline.stats())
+        return payload
+
+    def _embedder_state(self) -> str:
+        plan = self.session.plan
+        if plan.problem is not None:
+            return "missing"
+        if plan.lazy is None:
+            return "none"
+        if plan.lazy.ready:
+            return "ready"
+        return "failed" if plan.lazy.error is not None else "loading"
+
+    @staticmethod
+    def stats_summary(p: dict[str, Any]) -> str:
+        contract = p["embedding_contract"]
+        modalities = ", ".join(p["embedding_modalities"]) or "-"
+        return "\n".join(
+            [
+                f"session {p['session']}: {p['concept_count']} concepts, {p['edge_count']} edges, "
+                f"{p['interaction_count']} interactions; flush_lag_ms {p['flush_lag_ms']:.0f}, "
+                f"dead_lettered {p['dead_lettered']}, degraded {str(p['degraded']).lower()}",
+                f"write queue: {p['write_queue_outstanding']} outstanding, "
+                f"{p['write_queue_accepted']} accepted, {p['write_queue_applied']} applied, "
+                f"{p['write_queue_failed']} failed, {p['write_queue_dropped']} dropped; "
+                f"replayed {p['write_queue_replayed']}, owed {p['write_queue_replay_owed']}",
+                f"canonization: promotion_policy {p['promotion_policy']}, "
+                f"{p['canonical_count']} canonical, {p['canonization_cycles']} cycles",
+                f"embedding: {{kind: {contract['kind']}, model: {contract['model']}, "
+                f"dim: {contract['dim']}}}; modalities {modalities}; "
+                f"embedder {p['embedder_state']}",
+                f"gc: last_gc_at {p['gc']['last_gc_at'] or 'never'}, "
+                f"last_gc_epoch {p['gc']['last_gc_epoch']}",
+            ]
+        )
