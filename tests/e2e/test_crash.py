@@ -1,0 +1,110 @@
+"""No acked write is lost: SIGKILL a serve right after its last ack, restart, count."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from lambo_core.model import IntentState
+from lambo_core.store import SqliteStore
+from tests.e2e.conftest import lambo_argv, serve_env
+
+N = 500
+
+
+class RawServe:
+    """A `lambo serve` process spoken to in raw JSON-RPC lines (fast enough for 500 calls)."""
+
+    def __init__(self, home: Path, store: Path) -> None:
+        argv = [*lambo_argv(), "serve", "--session", "crash", "--store", str(store)]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=serve_env(home),
+            cwd=home,
+        )
+        self.next_id = 0
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "crash-test", "version": "1"},
+            },
+        )
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, "serve closed its stdout"
+        return dict(json.loads(line))
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        while True:
+            message = self.read()
+            if message.get("id") == self.next_id:
+                return message
+
+    def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        reply = self.request("tools/call", {"name": tool, "arguments": arguments})
+        result = reply["result"]
+        assert not result["isError"], result
+        return dict(result["structuredContent"])
+
+
+def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) -> None:
+    store_path = tmp_path / "crash.db"
+    serve = RawServe(served_home, store_path)
+    acked = []
+    for i in range(N):
+        # Ten agents, so 500 writes in flight fit their lanes (64 outstanding each).
+        ack = serve.call(
+            "lambo_derive",
+            {
+                "agent_id": f"agent-{i % 10}",
+                "concepts": [{"content": f"crash fact number {i}", "concept_type": "logic"}],
+            },
+        )
+        assert ack["receipt_state"] == "pending"
+        acked.append(ack["receipt"])
+    serve.proc.send_signal(signal.SIGKILL)  # right after the last ack
+    serve.proc.wait(10)
+
+    again = RawServe(served_home, store_path)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            stats = again.call("lambo_stats", {"agent_id": "agent-a"})
+            if stats["write_queue_replay_owed"] == 0 and stats["concept_count"] >= N:
+                break
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.5)
+        assert stats["concept_count"] == N
+        # The kill really left writes owed: the second serve applied them from their intents.
+        assert stats["write_queue_replayed"] > 0
+    finally:
+        again.proc.terminate()
+        again.proc.wait(30)
+
+    store = SqliteStore(store_path)
+    keys = [c.canonical_key for c in store.concepts("crash")]
+    assert sorted(keys) == sorted(f"crash fact number {i}" for i in range(N))  # exactly once
+    for receipt in acked:
+        intent = store.get_intent(receipt)
+        assert intent is not None and intent.state is IntentState.APPLIED
+    assert store.pending_intents("crash") == []
+    store.close()
