@@ -1,0 +1,486 @@
+"""MCP over stdio with a bound on the size of one request line.
+
+The SDK's ``mcp.server.stdio.stdio_server()`` reads lines of any length and
+gives no answer to a line it cannot parse. This transport yields the same pair
+of streams (``SessionMessage | Exception`` in, ``SessionMessage`` out), so
+``await server.run(read_stream, write_stream, server.create_initialization_options())``
+works unchanged, but:
+
+- a line over ``max_line`` bytes (the newline not counted) is never held in
+  memory past the limit: its first and last 512 bytes are kept, the rest is
+  discarded up to its newline, a WARN log gives its size (never its content),
+  and it is answered with JSON-RPC -32600 ``request too large (over 4 MiB)``
+  carrying the request's id when it can be read from either end of the line;
+- a line that claims to be JSON-RPC but does not parse is answered (-32700, or
+  -32600 for a well-formed but invalid request); anything else that does not
+  parse, such as a peer's stray log line or a blank line, is logged and not
+  answered, so two peers cannot answer each other's noise forever;
+- a line cut off by the end of input is neither dispatched nor answered.
+
+Like the SDK, while serving, fd 0 points at the null device and fd 1 at stderr,
+so a stray ``print`` or a child process cannot corrupt the wire; the protocol
+runs on private duplicates of the two descriptors, and both are restored on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+import pydantic_core
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+MAX_LINE = 4 * MIB
+"""The largest request line accepted, in bytes, not counting its newline."""
+CHUNK = 64 * 1024
+"""How much is read from the input at a time."""
+EDGE = 512
+"""How many bytes of each end of an oversized line are kept to find its id."""
+MAX_ID_CHARS = 128
+"""The longest string id echoed back in an error for a line that was not parsed."""
+
+RequestId = int | str
+
+ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
+WriteStream = MemoryObjectSendStream[SessionMessage]
+
+
+class LineRejected(ValueError):
+    """Sent on the read stream (as the SDK sends a parse failure) for a line not dispatched.
+
+    It carries the line's size and why, never its content.
+    """
+
+    def __init__(self, reason: str, size: int) -> None:
+        super().__init__(f"{reason} ({size} bytes)")
+        self.reason = reason
+        self.size = size
+
+
+# --- splitting the input into lines ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Line:
+    """A complete line of at most ``max_line`` bytes, without its newline."""
+
+    data: bytearray
+
+
+@dataclass(frozen=True)
+class OversizedLine:
+    """A complete line over ``max_line`` bytes: its size and its two ends only."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+
+class LineSplitter:
+    """Splits a byte stream on ``\\n`` holding at most ``max_line`` bytes of one line.
+
+    A line that grows past the limit switches to discarding: only its first and
+    last ``EDGE`` bytes and its size are kept until its newline arrives.
+    """
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        if max_line < 1:
+            raise ValueError("max_line must be at least 1")
+        self.max_line = max_line
+        self._buf = bytearray()
+        self._discarding = False
+        self._size = 0
+        self._head = b""
+        self._tail = b""
+
+    @property
+    def pending(self) -> int:
+        """The size in bytes of the unfinished line read so far."""
+        return self._size if self._discarding else len(self._buf)
+
+    def feed(self, chunk: bytes) -> list[Line | OversizedLine]:
+        """Take the next chunk of input; return the lines it completes, in order."""
+        out: list[Line | OversizedLine] = []
+        view = memoryview(chunk)
+        start = 0
+        while start < len(chunk):
+            newline = chunk.find(b"\n", start)
+            end = len(chunk) if newline < 0 else newline
+            self._take(view[start:end])
+            if newline < 0:
+                break
+            out.append(self._finish())
+            start = newline + 1
+        return out
+
+    def _take(self, piece: memoryview) -> None:
+        if not piece:
+            return
+        if not self._discarding:
+            if len(self._buf) + len(piece) <= self.max_line:
+                self._buf += piece
+                return
+            # Past the limit: keep the two ends and the size, drop the rest.
+            self._discarding = True
+            self._size = len(self._buf)
+            self._head = bytes(self._buf[:EDGE])
+            self._tail = bytes(self._buf[-EDGE:])
+            self._buf = bytearray()
+        if len(self._head) < EDGE:
+            self._head += bytes(piece[: EDGE - len(self._head)])
+        self._tail = (self._tail + bytes(piece[-EDGE:]))[-EDGE:]
+        self._size += len(piece)
+
+    def _finish(self) -> Line | OversizedLine:
+        done: Line | OversizedLine
+        if self._discarding:
+            done = OversizedLine(self._size, self._head, self._tail)
+            self._discarding = False
+            self._size = 0
+            self._head = self._tail = b""
+        else:
+            done = Line(self._buf)
+            self._buf = bytearray()
+        return done
+
+
+# --- reading an id from the ends of a line that is not parsed -------------------------------
+
+# A JSON integer or string, then what may follow a member's value.
+_VALUE = rb'(-?(?:0|[1-9][0-9]{0,18})|"(?:[^"\\\x00-\x1f]|\\.){0,%d}")' % MAX_ID_CHARS
+_ID_MEMBER = re.compile(rb'"id"\s*:\s*' + _VALUE + rb"\s*(?=[,}])")
+# In the tail: "id" as a member of the outermost object, that is followed only by
+# short scalar members up to the line's last closing brace.
+_SCALAR = rb'(?:"(?:[^"\\]|\\.){0,256}"|-?[0-9][0-9.eE+-]{0,40}|true|false|null)'
+_ID_AT_END = re.compile(
+    rb'"id"\s*:\s*' + _VALUE + rb'\s*(?:,\s*"[^"\\]{1,64}"\s*:\s*' + _SCALAR + rb"\s*)*\}\s*\Z"
+)
+
+
+def _valid_id(value: object) -> RequestId | None:
+    if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+        return value
+    return None
+
+
+def _id_value(literal: bytes) -> RequestId | None:
+    try:
+        return _valid_id(json.loads(literal))
+    except ValueError:
+        return None
+
+
+def _id_in_head(head: bytes) -> RequestId | None:
+    """The value of the outermost object's ``"id"`` member, if it is inside ``head``."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for i, byte in enumerate(head):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+            continue
+        if byte == 0x22:
+            if depth == 1:
+                match = _ID_MEMBER.match(head, i)
+                if match is not None:
+                    return _id_value(match.group(1))
+            in_string = True
+        elif byte in b"{[":
+            depth += 1
+        elif byte in b"}]":
+            depth -= 1
+            if depth <= 0:
+                return None
+    return None
+
+
+def _id_in_tail(tail: bytes) -> RequestId | None:
+    """The outermost object's ``"id"`` when it ends the line (only short scalars after it)."""
+    # The tail may start mid-string, so try every "id" it holds, from the last.
+    for start in reversed([m.start() for m in re.finditer(rb'"id"', tail)]):
+        match = _ID_AT_END.match(tail, start)
+        if match is not None:
+            return _id_value(match.group(1))
+    return None
+
+
+def extract_request_id(head: bytes, tail: bytes = b"") -> RequestId | None:
+    """Read a request's id from the two ends of a line that will not be parsed.
+
+    Looks for the outermost object's ``"id"`` member in ``head`` (the start of
+    the line), else at the end of ``tail`` (the end of the line), so it is found
+    whether ``id`` comes before or after ``params``. Only a JSON integer (within
+    64 bits) or a string of at most ``MAX_ID_CHARS`` characters is returned;
+    anything else, or nothing found, gives None.
+    """
+    found = _id_in_head(head)
+    if found is None and tail:
+        found = _id_in_tail(tail)
+    return found
+
+
+# --- the transport --------------------------------------------------------------------------
+
+
+def _limit_text(max_line: int) -> str:
+    if max_line % MIB == 0:
+        return f"{max_line // MIB} MiB"
+    return f"{max_line} bytes"
+
+
+def _serialize(message: types.JSONRPCMessage) -> bytes:
+    # As the SDK's stdio writer: exclude_unset keeps an explicit "id": null in an error.
+    return (message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
+
+
+def _error(request_id: RequestId | None, code: int, message: str) -> bytes:
+    return _serialize(
+        types.JSONRPCError(
+            jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message)
+        )
+    )
+
+
+def _claims_jsonrpc(line: bytearray) -> bool:
+    stripped = line.lstrip()
+    return stripped.startswith(b"{") and b'"jsonrpc"' in stripped
+
+
+def _reply_to_invalid(line: bytearray) -> bytes | None:
+    """The answer to a line that is not a valid JSON-RPC message, or None to stay silent.
+
+    Only what claims to be JSON-RPC is answered, so a peer's stray output (a log
+    line) never draws a reply: a line that starts an object naming ``jsonrpc`` but
+    is not JSON gets -32700; a JSON request attempt (naming ``jsonrpc`` and
+    ``method``, holding neither ``result`` nor ``error``) gets -32600 with its id
+    when that is an integer or a short string. A response is never answered.
+    """
+    if not _claims_jsonrpc(line):
+        return None
+    try:
+        obj = pydantic_core.from_json(line)
+    except ValueError:
+        return _error(None, types.PARSE_ERROR, "Parse error")
+    if not isinstance(obj, dict) or "method" not in obj or "result" in obj or "error" in obj:
+        return None
+    return _error(_valid_id(obj.get("id")), types.INVALID_REQUEST, "Invalid Request")
+
+
+@contextlib.asynccontextmanager
+async def bounded_message_streams(
+    receive_chunk: Callable[[], Awaitable[bytes]],
+    send_bytes: Callable[[bytes], Awaitable[None]],
+    *,
+    max_line: int = MAX_LINE,
+    peer: str = "stdio",
+) -> AsyncIterator[tuple[ReadStream, WriteStream]]:
+    """Newline-delimited JSON-RPC over any byte pipe, with one line bounded at ``max_line``.
+
+    ``receive_chunk`` returns the next bytes of input (at most ``CHUNK`` is best),
+    ``b""`` at the end of input; ``send_bytes`` writes and flushes. Yields the
+    ``(read_stream, write_stream)`` pair ``mcp.server.Server.run`` takes. The
+    read side closes at the end of input; on leaving, output already handed to
+    the write stream is written out and the reader is cancelled.
+    """
+    splitter = LineSplitter(max_line)
+    too_large = f"request too large (over {_limit_text(max_line)})"
+    write_lock = anyio.Lock()
+    output_broken = False
+
+    async def write(data: bytes) -> None:
+        nonlocal output_broken
+        async with write_lock:
+            if output_broken:
+                return
+            try:
+                await send_bytes(data)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                output_broken = True
+                log.warning("%s: output closed (%s); dropping what the server sends", peer, exc)
+
+    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def handle(item: Line | OversizedLine) -> None:
+        if isinstance(item, OversizedLine):
+            log.warning(
+                "%s: request line of %d bytes is over the %d-byte limit; discarded and answered",
+                peer,
+                item.size,
+                max_line,
+            )
+            await write(
+                _error(extract_request_id(item.head, item.tail), types.INVALID_REQUEST, too_large)
+            )
+            await read_send.send(LineRejected("request too large", item.size))
+            return
+        line = item.data
+        if not line or line.isspace():
+            return
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError:
+            pass
+        else:
+            await read_send.send(SessionMessage(message))
+            return
+        reply = _reply_to_invalid(line)
+        if reply is None:
+            log.warning(
+                "%s: line of %d bytes is not a JSON-RPC request; not answered", peer, len(line)
+            )
+        else:
+            log.warning(
+                "%s: invalid JSON-RPC line of %d bytes; answered with an error", peer, len(line)
+            )
+            await write(reply)
+        await read_send.send(LineRejected("invalid JSON-RPC message", len(line)))
+
+    async def reader() -> None:
+        try:
+            async with read_send:
+                while True:
+                    chunk = await receive_chunk()
+                    if not chunk:
+                        if splitter.pending:
+                            log.warning(
+                                "%s: input ended inside a line of %d bytes; not answered",
+                                peer,
+                                splitter.pending,
+                            )
+                        return
+                    for item in splitter.feed(chunk):
+                        await handle(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # The server stopped reading: nobody is left to serve.
+            return
+
+    async def writer() -> None:
+        async with write_recv:
+            async for session_message in write_recv:
+                await write(_serialize(session_message.message))
+
+    async with anyio.create_task_group() as tg:
+        reader_scope = anyio.CancelScope()
+
+        async def run_reader() -> None:
+            with reader_scope:
+                await reader()
+
+        tg.start_soon(run_reader)
+        tg.start_soon(writer)
+        try:
+            yield read_recv, write_send
+        finally:
+            reader_scope.cancel()
+            await write_send.aclose()
+
+
+# --- stdio: claiming fds 0 and 1 ------------------------------------------------------------
+
+_claim_lock = threading.Lock()
+_claimed = False
+
+
+def _claim_std_fds() -> tuple[int, int, Callable[[], None]]:
+    """Divert fd 0 to the null device and fd 1 to stderr; return private wire duplicates.
+
+    As the SDK's stdio transport does: the duplicates sit above the standard range
+    and are close-on-exec; they are never closed, since a worker thread may still
+    block on the input one after the transport exits. The returned callable puts
+    the wire back on fds 0 and 1.
+    """
+    wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    null_in = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null_in, 0)
+    finally:
+        os.close(null_in)
+    os.dup2(2, 1)
+
+    def restore() -> None:
+        # A stray print still buffered in sys.stdout belongs on stderr, not on the wire.
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        for fd, wire in ((0, wire_in), (1, wire_out)):
+            try:
+                os.dup2(wire, fd)
+            except OSError as exc:  # pragma: no cover - only if the process ran out of fds
+                log.warning("stdio: could not restore fd %d: %s", fd, exc)
+
+    return wire_in, wire_out, restore
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+@contextlib.asynccontextmanager
+async def bounded_stdio_server(
+    max_line: int = MAX_LINE,
+) -> AsyncIterator[tuple[ReadStream, WriteStream]]:
+    """Serve MCP over this process's stdin and stdout, one request line at most ``max_line``.
+
+    A drop-in for ``mcp.server.stdio.stdio_server()``::
+
+        async with bounded_stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    Raises RuntimeError when another bounded_stdio_server of this process is serving.
+    """
+    global _claimed
+    with _claim_lock:
+        if _claimed:
+            raise RuntimeError("another bounded_stdio_server() in this process holds stdin/stdout")
+        _claimed = True
+    try:
+        wire_in, wire_out, restore = _claim_std_fds()
+        try:
+
+            async def receive_chunk() -> bytes:
+                try:
+                    return await anyio.to_thread.run_sync(
+                        os.read, wire_in, CHUNK, abandon_on_cancel=True
+                    )
+                except OSError as exc:
+                    log.warning("stdio: reading stdin failed (%s); treating it as the end", exc)
+                    return b""
+
+            async def send_bytes(data: bytes) -> None:
+                await anyio.to_thread.run_sync(_write_all, wire_out, data, abandon_on_cancel=True)
+
+            async with bounded_message_streams(
+                receive_chunk, send_bytes, max_line=max_line, peer="stdio"
+            ) as streams:
+                yield streams
+        finally:
+            restore()
+    finally:
+        with _claim_lock:
+            _claimed = False
