@@ -1,0 +1,160 @@
+"""MemoryService in-process: lambo_stats, receipts by id, piggyback, refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from lambo_core.config import load_config
+from lambo_core.service import MemoryService, ToolResult, UnknownTool
+from lambo_core.session import EmbedderPlan, Session
+from lambo_core.store import MemoryStore
+from lambo_core.writes import WritePipeline
+
+WRITE_QUEUE_KEYS = [
+    "write_queue_bound",
+    "write_queue_lane_bound",
+    "write_queue_measured",
+    "write_queue_bound_source",
+    "write_queue_items_per_sec",
+    "write_queue_serial_items_per_sec",
+    "write_queue_probe_serial_items_per_sec",
+    "write_queue_probe_optimism",
+    "write_queue_apply_samples",
+    "write_queue_apply_ms_p50",
+    "write_queue_apply_ms_p90",
+    "write_queue_apply_ms_max",
+    "write_queue_outstanding",
+    "write_queue_accepted",
+    "write_queue_applied",
+    "write_queue_failed",
+    "write_queue_abandoned",
+    "write_queue_deferred",
+    "write_queue_replayed",
+    "write_queue_replay_owed",
+    "write_queue_dropped",
+    "write_queue_dropped_closed",
+    "receipts_retained",
+]
+
+
+@pytest.fixture
+def service(tmp_path: Any) -> Iterator[MemoryService]:
+    (tmp_path / "lambo.toml").write_text('[embedder]\nmatch_strategy = "canonical"\n')
+    config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+    session = Session.open(MemoryStore(), "s", EmbedderPlan.from_config(config))
+    pipeline = WritePipeline(session).start()
+    yield MemoryService(session, pipeline, config)
+    pipeline.close()
+
+
+def call(service: MemoryService, tool: str, **args: Any) -> ToolResult:
+    async def go() -> ToolResult:
+        return await service.call(tool, args)
+
+    return anyio.run(go)
+
+
+def derive(service: MemoryService, content: str, agent: str = "a") -> str:
+    result = call(
+        service,
+        "lambo_derive",
+        agent_id=agent,
+        concepts=[{"content": content, "concept_type": "logic"}],
+    )
+    assert not result.is_error
+    assert result.structured is not None
+    return str(result.structured["receipt"])
+
+
+def test_stats_reports_every_always_present_key(service: MemoryService) -> None:
+    result = call(service, "lambo_stats", agent_id="a")
+    assert not result.is_error and result.structured is not None
+    body = result.structured
+    for key in (
+        *WRITE_QUEUE_KEYS,
+        "node_count",
+        "edge_count",
+        "concept_count",
+        "flush_lag_ms",
+        "dead_lettered",
+        "degraded",
+        "promotion_policy",
+        "embedding_contract",
+        "embedding_modalities",
+        "gc",
+        "canonical_count",
+        "canonization_cycles",
+    ):
+        assert key in body, key
+    assert body["promotion_policy"] == "Swarm"
+    assert body["embedding_contract"] == {"kind": "none", "model": None, "dim": 0}
+    assert body["gc"] == {"last_gc_at": None, "last_gc_epoch": 0, "last_sweep": None}
+    assert "embedding: {kind: none" in result.texts[0]
+
+
+def test_receipt_states_through_stats(service: MemoryService) -> None:
+    receipt = derive(service, "a fact")
+    waited = call(service, "lambo_stats", agent_id="a", receipt=receipt, wait_ms=99_999)
+    assert waited.structured is not None
+    assert waited.structured["receipt"]["state"] == "applied"
+    assert waited.structured["receipt"]["created_count"] == 1
+    assert waited.texts[0].startswith(f"receipt {receipt}: applied — derived 1 concept(s)")
+    other = call(service, "lambo_stats", agent_id="b", receipt=receipt)
+    assert other.structured is not None and other.structured["receipt"]["state"] == "forbidden"
+    never = call(service, "lambo_stats", agent_id="a", receipt="lwr1.zz")
+    assert never.structured is not None
+    assert never.structured["receipt"]["state"] == "never_issued"
+    assert "lwr1.zz" not in never.texts[0]
+
+
+def test_piggyback_rides_once_on_the_same_agents_next_response(service: MemoryService) -> None:
+    first = derive(service, "one")
+    assert service.pipeline.wait_idle(10)
+    other = call(service, "lambo_stats", agent_id="someone-else")
+    assert other.structured is not None and "write_receipts" not in other.structured
+    mine = call(service, "lambo_stats", agent_id="a")
+    assert mine.structured is not None
+    assert [r["receipt"] for r in mine.structured["write_receipts"]] == [first]
+    assert mine.texts[-1].startswith("write receipts:\nreceipt " + first)
+    again = call(service, "lambo_stats", agent_id="a")
+    assert again.structured is not None and "write_receipts" not in again.structured
+
+
+def test_at_most_eight_receipts_per_response(service: MemoryService) -> None:
+    # Submitted straight to the pipeline, so no ack in between takes any of them.
+    for i in range(11):
+        args = {"agent_id": "a", "concepts": [{"content": f"f{i}", "concept_type": "logic"}]}
+        service.pipeline.submit("lambo_derive", args)
+    assert service.pipeline.wait_idle(10)
+    first = call(service, "lambo_stats", agent_id="a").structured
+    second = call(service, "lambo_stats", agent_id="a").structured
+    assert first is not None and second is not None
+    assert len(first["write_receipts"]) == 8
+    assert len(second["write_receipts"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        ({}, "agent_id is required"),
+        ({"agent_id": "a", "wait_ms": "5"}, "wait_ms must be an integer in 0..=34000"),
+        ({"agent_id": "a", "receipt": 5}, "receipt must be a string"),
+        ({"agent_id": "a", "recipt": "x"}, "recipt is not an argument of lambo_stats"),
+        ({"agent_id": "a", "created_at": "x"}, "created_at is refused"),
+        ({"agent_id": "a\tb"}, "agent_id must be one line"),
+    ],
+)
+def test_stats_refusals(service: MemoryService, args: dict[str, Any], text: str) -> None:
+    result = call(service, "lambo_stats", **args)
+    assert result.is_error
+    assert result.texts[0].startswith(text)
+    assert result.to_json()["isError"] is True
+
+
+def test_unknown_tool(service: MemoryService) -> None:
+    with pytest.raises(UnknownTool):
+        call(service, "lambo_nope", agent_id="a")
