@@ -1,0 +1,1077 @@
+"""lambo_recall: query legs, fusion, graph expansion, dependency questions, the result.
+
+A recall runs in this order:
+
+1. **Arguments**, in the spec's table order (unknown names first). ``image``
+   and ``query_vector`` are refused as configuration errors: this server has
+   no image embedder and no client vectors yet.
+2. **Dependency questions** ("what depends on X", "blast radius of X", "is it
+   safe to delete X", ...): when the text names a concept others depend on,
+   the answer is that concept's direct dependents, found by graph traversal
+   (see ``find_dependency_anchor`` for the naming rules).
+3. **Legs**, each returning raw scores:
+
+   - keyword: the store's BM25 (FTS5, or the RAM index) over the query with
+     function words left out, up to ``top_k * 4`` hits;
+   - vector: cosine of the query's embedding against the session's matrix,
+     up to ``top_k * 4`` hits; only when the session embeds and the model has
+     loaded (a read never waits for a loading model: it runs without this
+     leg and says so in a warning);
+   - recent: the concepts of the 3 most recent interactions at a fixed 0.5,
+     at most ``top_k * 4`` of them.
+
+4. **Fusion**: a hit's relevance is the highest of its raw leg scores
+   (``max``, the default) or its reciprocal rank fusion (``rrf``), scaled by
+   ``rrf_k + 1`` so that rank 1 in one leg is worth 1.0, like a strong raw
+   score (otherwise RRF's values, ~0.016, would vanish beside the base score).
+5. **Scores**: ``final = 0.5 * base + 0.5 * relevance`` where ``base`` is the
+   concept's standing in the session (``base_score``). Query hits that are
+   Canonical sort first; then by final score, then id.
+6. **The recent rule**: the recent leg must never push a real match out of
+   the top k. A hit the recent leg lifted (its score rose because of the
+   recent leg) and that the question does not name (no keyword match) is
+   placed after every hit the question names.
+7. **Expansion**: breadth-first from the top ``top_k`` hits to
+   ``traversal_depth`` hops over Dependency, Causal (produces, modifies),
+   Hierarchical, CoOccurrence and Semantic edges; concepts reached this way
+   carry relevance 0 and compete on their base score alone.
+8. **The result**: the first ``top_k`` hits, their warning lines, the context
+   block (``context.render_context``), and each returned hit's access counted
+   in RAM (``ACCESS_COUNTS``; the daemon writes them behind).
+
+The legs' raw results are cached per session (128 entries, keyed on the graph
+version), so a repeated query costs only the ranking.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+import unicodedata
+import weakref
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .args import check_arguments, check_int, require
+from .context import HitBlock, pillar_line, render_context
+from .embed.onnx import EmbedderLoading
+from .errors import ConfigError, LamboError, ParameterError, StoreError
+from .index.keywords import tokenize
+from .model import Concept, ConceptType, EdgeType, Status, short_id
+from .text import MAX_STRING_BYTES, check_agent_id, check_string, show_safely
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .index.graph import SessionGraph
+    from .index.session_index import SessionIndex
+    from .session import Session
+
+TOOL = "lambo_recall"
+ARGUMENTS = (
+    "agent_id",
+    "query",
+    "top_k",
+    "max_tokens",
+    "traversal_depth",
+    "image",
+    "query_vector",
+    "scope",
+)
+TOP_K_RANGE = (1, 100)
+MAX_TOKENS_RANGE = (1, 100_000)
+DEPTH_RANGE = (0, 5)
+
+LEG_KEYWORD = "keyword"
+LEG_VECTOR = "vector"
+LEG_RECENT = "recent"
+ALL_LEGS: frozenset[str] = frozenset({LEG_KEYWORD, LEG_VECTOR, LEG_RECENT})
+
+CANDIDATES_PER_HIT = 4  # each leg returns up to top_k * 4
+RECENT_INTERACTIONS = 3
+RECENT_SCORE = 0.5
+EXPAND_EDGE_TYPES = (
+    EdgeType.DEPENDENCY,
+    EdgeType.PRODUCES,
+    EdgeType.MODIFIES,
+    EdgeType.HIERARCHICAL,
+    EdgeType.COOCCURRENCE,
+    EdgeType.SEMANTIC,
+)
+EXPAND_LIMIT = 200  # concepts an expansion may add, seeds included
+LEG_CACHE_SIZE = 128
+DEPENDENCY_ANSWER_RELEVANCE = 1.0  # the dependents are the answer to the question
+
+VECTOR_LOADING_WARNING = (
+    "recall: the vector leg was skipped because the embedding model is still loading; "
+    "these hits come from keyword matching and recent interactions only"
+)
+
+
+# =====================================================================================
+# settings and results
+# =====================================================================================
+
+
+@dataclass(frozen=True)
+class RecallDefaults:
+    """The configured defaults ([recall] in lambo.toml)."""
+
+    top_k: int = 5
+    max_tokens: int = 500
+    traversal_depth: int = 2
+    pillar_threshold: int = 5
+
+    @classmethod
+    def from_config(cls, config: Config) -> RecallDefaults:
+        return cls(
+            top_k=int(config.get("recall.top_k")),
+            max_tokens=int(config.get("recall.max_tokens")),
+            traversal_depth=int(config.get("recall.traversal_depth")),
+            pillar_threshold=int(config.get("recall.pillar_threshold")),
+        )
+
+
+@dataclass
+class RecallResult:
+    """The context block (the tool's text), the hits and the warnings."""
+
+    context: str
+    hits: list[dict[str, Any]]
+    warnings: list[str]
+
+    def structured(self) -> dict[str, Any]:
+        return {"context": self.context, "hits": self.hits, "warnings": self.warnings}
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    """Validated arguments."""
+
+    agent_id: str
+    query: str
+    top_k: int
+    max_tokens: int
+    traversal_depth: int
+
+
+# =====================================================================================
+# access counts (RAM only; the daemon writes them behind)
+# =====================================================================================
+
+
+class AccessCounter:
+    """Recall hits counted per session in RAM, until the daemon writes them to the store.
+
+    A read never writes to the store: ``record`` only bumps a counter under a
+    short lock. The daemon calls ``drain`` and passes the counts to
+    ``Store.add_access_counts``; if that fails it hands them back with
+    ``restore``. ``pending`` lets the base score see counts not yet flushed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: weakref.WeakKeyDictionary[Session, Counter[str]] = weakref.WeakKeyDictionary()
+
+    def record(self, session: Session, node_ids: Iterable[str]) -> None:
+        with self._lock:
+            counts = self._counts.get(session)
+            if counts is None:
+                counts = self._counts[session] = Counter()
+            counts.update(node_ids)
+
+    def pending(self, session: Session, node_id: str) -> int:
+        with self._lock:
+            counts = self._counts.get(session)
+            return counts[node_id] if counts is not None else 0
+
+    def drain(self, session: Session) -> dict[str, int]:
+        """Take every count recorded for ``session`` (the counter starts again from zero)."""
+        with self._lock:
+            counts = self._counts.pop(session, None)
+        return dict(counts) if counts else {}
+
+    def restore(self, session: Session, counts: Mapping[str, int]) -> None:
+        """Give back counts a failed flush took, so the next flush writes them."""
+        with self._lock:
+            held = self._counts.get(session)
+            if held is None:
+                held = self._counts[session] = Counter()
+            held.update(counts)
+
+
+ACCESS_COUNTS = AccessCounter()
+
+
+# =====================================================================================
+# arguments
+# =====================================================================================
+
+
+def parse_request(session: Session, args: object, defaults: RecallDefaults) -> RecallRequest:
+    """Validate lambo_recall's arguments in the spec's order; refusals name the rule."""
+    checked = check_arguments(TOOL, args, ARGUMENTS)
+    agent_id = check_agent_id(require(checked, "agent_id"))
+    has_image = checked.get("image") is not None
+    has_vector = checked.get("query_vector") is not None
+    query = ""
+    raw_query = checked.get("query")
+    if raw_query is not None or not (has_image or has_vector):
+        if raw_query is None:
+            raise ParameterError("query is required (unless image or query_vector is sent)")
+        query = check_string(
+            "query", raw_query, max_bytes=MAX_STRING_BYTES, allow_empty=has_image or has_vector
+        )
+    top_k = _int_arg(checked, "top_k", defaults.top_k, TOP_K_RANGE)
+    max_tokens = _int_arg(checked, "max_tokens", defaults.max_tokens, MAX_TOKENS_RANGE)
+    depth = _int_arg(checked, "traversal_depth", defaults.traversal_depth, DEPTH_RANGE)
+    if has_image and has_vector:
+        raise ParameterError("send at most one of image, query_vector")
+    if has_image:
+        raise ConfigError(
+            "recall by image needs an embedder that embeds images; this server's embedder "
+            "embeds text only. Recall by text, or configure an embedder with the image modality"
+        )
+    if has_vector:
+        raise ConfigError(
+            "recall by query_vector needs client vectors enabled, [embedder] "
+            "accept_client_vectors = true, which this server does not support yet; "
+            "recall by text instead"
+        )
+    scope = checked.get("scope")
+    if scope is not None:
+        _check_scope(session.name, scope)
+    return RecallRequest(agent_id, query, top_k, max_tokens, depth)
+
+
+def _int_arg(args: Mapping[str, Any], name: str, default: int, bounds: tuple[int, int]) -> int:
+    value = args.get(name)
+    if value is None:
+        return default
+    return check_int(name, value, *bounds)
+
+
+def _check_scope(session_name: str, scope: object) -> None:
+    if not isinstance(scope, str):
+        raise ParameterError("scope must be a string")
+    if scope != session_name:
+        shown = '""' if scope == "" else f'"{show_safely(scope, 64)}"'
+        raise ParameterError(
+            f"scope {shown} is not a scope of this session; its scopes are: {session_name}"
+        )
+
+
+# =====================================================================================
+# function words
+# =====================================================================================
+
+# Left out of the keyword leg's query (when something else remains), and never
+# an anchor of a dependency question on their own.
+_FUNCTION_WORDS_TEXT = """
+    a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing done down during each else
+    few for from further had has have having he her here hers herself him himself his how i
+    if in into is it its itself just me might more most must my myself no nor not now of off
+    on once only or other ought our ours ourselves out over own same shall she should so some
+    such than that the their theirs them themselves then there these they this those through
+    to too under until up upon us very was we were what when where which while who whom whose
+    why will with would yet you your yours yourself yourselves s t d ll m re ve
+    anything something everything nothing anyone someone get got gets tell let lets please
+    still also ever
+"""
+FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
+
+
+def keyword_query(query: str) -> str:
+    """The query's terms minus function words (all of them if only function words remain)."""
+    terms = tokenize(query)
+    content = [t for t in terms if t not in FUNCTION_WORDS]
+    return " ".join(content or terms)
+
+
+# =====================================================================================
+# the graph facts recall needs that SessionGraph does not expose
+# =====================================================================================
+
+
+def _derives_adjacency(graph: SessionGraph) -> dict[str, dict[str, Any]]:
+    """interaction id -> {concept id: DERIVES edge}, in insertion (so write) order.
+
+    Read from the graph's private adjacency: it keeps interactions in the order
+    their first DERIVES edge arrived, which is write order live and stored order
+    (``ORDER BY eid``) after an open, so the most recent ones are at the end.
+    """
+    adjacency: dict[str, dict[str, Any]] = graph._out[EdgeType.DERIVES]
+    return adjacency
+
+
+def recent_interactions(graph: SessionGraph, count: int) -> list[str]:
+    """The ``count`` most recent interactions that wrote concepts, newest first."""
+    adjacency = _derives_adjacency(graph)
+    window: list[tuple[float, int, str]] = []
+    for order, interaction in enumerate(reversed(adjacency)):
+        if order >= count * 4:  # a little slack for out-of-order timestamps
+            break
+        edges = adjacency.get(interaction)
+        if not edges:
+            continue
+        when = max(edge.created_at for edge in edges.values())
+        window.append((when, -order, interaction))
+    window.sort(reverse=True)
+    return [interaction for _, _, interaction in window[:count]]
+
+
+def interaction_count(graph: SessionGraph) -> int:
+    interactions: set[str] = graph._interactions
+    return len(interactions)
+
+
+def _degree_table(graph: SessionGraph) -> int:
+    """The highest edge count (all types, both directions) of any concept in the session."""
+    degree: Counter[str] = Counter()
+    for side in (graph._out, graph._in):
+        for by_node in side.values():
+            for node, peers in by_node.items():
+                degree[node] += len(peers)
+    best = 0
+    for node, n in degree.items():
+        if n > best and node in graph:
+            best = n
+    return best
+
+
+class _SessionStats:
+    """Session-wide denominators of the base score, cached on the graph's version.
+
+    The highest edge count takes one pass over the adjacency. A small session
+    recomputes it on every change; a large one (``LARGE``) at most every
+    ``REFRESH_S`` seconds, taking the highest degree among the hits it scores
+    in between, so a read after a burst of writes does not pay a full pass.
+    """
+
+    LARGE = 5_000
+    REFRESH_S = 2.0
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.max_degree = 0
+        self.computed_at = -math.inf
+        self.lock = threading.Lock()
+
+
+_STATS: weakref.WeakKeyDictionary[SessionGraph, _SessionStats] = weakref.WeakKeyDictionary()
+_STATS_LOCK = threading.Lock()
+
+
+def _max_degree(graph: SessionGraph, monotonic_now: float) -> int:
+    with _STATS_LOCK:
+        stats = _STATS.get(graph)
+        if stats is None:
+            stats = _STATS[graph] = _SessionStats()
+    with stats.lock:
+        stale = stats.version != graph.version
+        if stale and (
+            len(graph) < _SessionStats.LARGE
+            or monotonic_now - stats.computed_at >= _SessionStats.REFRESH_S
+        ):
+            stats.max_degree = _degree_table(graph)
+            stats.version = graph.version
+            stats.computed_at = monotonic_now
+        return stats.max_degree
+
+
+# =====================================================================================
+# the base score
+# =====================================================================================
+
+RECENCY_HALF_LIFE_S = 7 * 24 * 3600.0
+TYPE_OFFSET = {
+    ConceptType.CONSTRAINT: 0.15,
+    ConceptType.ENTITY: 0.05,
+    ConceptType.LOGIC: 0.05,
+    ConceptType.RESOURCE: 0.0,
+    ConceptType.OBSERVATION: -0.10,
+}
+EDGE_BONUS = {
+    EdgeType.PRODUCES: 0.02,
+    EdgeType.MODIFIES: 0.02,
+    EdgeType.DEPENDENCY: 0.02,
+    EdgeType.HIERARCHICAL: 0.015,
+    EdgeType.SEMANTIC: 0.01,
+    EdgeType.COOCCURRENCE: 0.005,
+}
+EDGE_BONUS_CAP = 0.25
+
+
+@dataclass(frozen=True)
+class BaseParts:
+    """The base score's terms, for tests and inspect."""
+
+    recency: float
+    frequency: float
+    activity: float
+    density: float
+    edge_bonus: float
+    type_offset: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.recency
+            + self.frequency
+            + self.activity
+            + self.density
+            + self.edge_bonus
+            + self.type_offset
+        )
+
+
+def base_parts(
+    graph: SessionGraph,
+    concept: Concept,
+    now: float,
+    *,
+    max_degree: int,
+    interactions: int,
+    pending_access: int = 0,
+) -> BaseParts:
+    """A concept's standing in its session, in [-0.10, 1.40] (the 0.2.2 weights).
+
+    0.25 recency (halving every 7 days since it or an edge of it was last
+    written) + 0.20 frequency (accesses / 10, capped) + 0.20 activity (the share
+    of the session's interactions that touched it) + 0.35 density (its edge
+    count / the session's highest) + an edge bonus (capped at 0.25) + a type
+    offset.
+    """
+    edges = graph.edges_in(concept.id) + graph.edges_out(concept.id)
+    last = concept.created_at
+    touched: set[str] = set()
+    if concept.interaction_id:
+        touched.add(concept.interaction_id)
+    bonus = 0.0
+    for edge in edges:
+        last = max(last, edge.created_at)
+        if edge.interaction_id:
+            touched.add(edge.interaction_id)
+        if edge.edge_type is EdgeType.DERIVES:
+            touched.add(edge.src)
+        bonus += EDGE_BONUS.get(edge.edge_type, 0.0)
+    age = max(0.0, now - last)
+    top = max(max_degree, len(edges))
+    return BaseParts(
+        recency=0.25 * 0.5 ** (age / RECENCY_HALF_LIFE_S),
+        frequency=0.20 * min(1.0, (concept.access_count + pending_access) / 10.0),
+        activity=0.20 * min(1.0, len(touched) / interactions) if interactions else 0.0,
+        density=0.35 * (len(edges) / top) if top else 0.0,
+        edge_bonus=min(bonus, EDGE_BONUS_CAP),
+        type_offset=TYPE_OFFSET[concept.concept_type],
+    )
+
+
+# =====================================================================================
+# legs and the leg cache
+# =====================================================================================
+
+
+@dataclass
+class LegResults:
+    """Raw leg results, best first: [(node id, raw score)]."""
+
+    keyword: list[tuple[str, float]] = field(default_factory=list)
+    vector: list[tuple[str, float]] = field(default_factory=list)
+    recent: list[tuple[str, float]] = field(default_factory=list)
+
+
+class _LegCache:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.entries: OrderedDict[tuple[Any, ...], LegResults] = OrderedDict()
+
+    def get(self, key: tuple[Any, ...]) -> LegResults | None:
+        with self.lock:
+            found = self.entries.get(key)
+            if found is not None:
+                self.entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[Any, ...], value: LegResults) -> None:
+        with self.lock:
+            self.entries[key] = value
+            self.entries.move_to_end(key)
+            while len(self.entries) > LEG_CACHE_SIZE:
+                self.entries.popitem(last=False)
+
+
+_LEG_CACHES: weakref.WeakKeyDictionary[SessionIndex, _LegCache] = weakref.WeakKeyDictionary()
+_LEG_CACHES_LOCK = threading.Lock()
+
+
+def _leg_cache(index: SessionIndex) -> _LegCache:
+    with _LEG_CACHES_LOCK:
+        cache = _LEG_CACHES.get(index)
+        if cache is None:
+            cache = _LEG_CACHES[index] = _LegCache()
+        return cache
+
+
+def _vector_state(session: Session) -> tuple[Any, str | None]:
+    """(the embedder or None, a warning when the leg is skipped for a reason worth saying)."""
+    if not session.embeds:
+        return None, None
+    try:
+        return session.embedder(0.0), None
+    except EmbedderLoading:
+        return None, VECTOR_LOADING_WARNING
+    except LamboError as exc:
+        return None, (
+            f"recall: the vector leg was skipped ({exc.message}); these hits come from "
+            "keyword matching and recent interactions only"
+        )
+
+
+def run_legs(
+    session: Session, query: str, depth: int, legs: Collection[str], embedder: Any
+) -> LegResults:
+    """Run the query legs (no lock held for the keyword and vector searches)."""
+    index = session.index
+    out = LegResults()
+    if LEG_KEYWORD in legs:
+        text = keyword_query(query)
+        if text:
+            try:
+                out.keyword = index.keywords.search(text, depth)
+            except LamboError:
+                raise
+            except Exception as exc:
+                raise StoreError(
+                    "the keyword search failed; the detail was logged", detail=repr(exc)
+                ) from None
+    if LEG_VECTOR in legs and embedder is not None:
+        matrix = index.vectors
+        if matrix is not None and len(matrix) > 0:
+            vector = embedder.embed_query(query)
+            if vector.shape[-1] != matrix.dim:
+                raise StoreError(
+                    f"the query vector has width {vector.shape[-1]} and the session's vectors "
+                    f"{matrix.dim}; re-check the session's embedding contract (lambo_stats) "
+                    "and retry"
+                )
+            out.vector = matrix.top_k(vector, depth)
+    if LEG_RECENT in legs:
+        with index.lock:
+            out.recent = _recent_leg(index.graph, depth)
+    return out
+
+
+def _recent_leg(graph: SessionGraph, limit: int) -> list[tuple[str, float]]:
+    adjacency = _derives_adjacency(graph)
+    found: dict[str, float] = {}
+    for interaction in recent_interactions(graph, RECENT_INTERACTIONS):
+        for node in adjacency.get(interaction, {}):
+            if node in graph and node not in found:
+                found[node] = RECENT_SCORE
+                if len(found) >= limit:
+                    return list(found.items())
+    return list(found.items())
+
+
+# =====================================================================================
+# candidates, fusion and ranking
+# =====================================================================================
+
+
+@dataclass
+class Candidate:
+    node_id: str
+    keyword: float | None = None
+    vector: float | None = None
+    recent: float | None = None
+    ranks: dict[str, int] = field(default_factory=dict)  # leg -> 1-based rank
+    relevance: float = 0.0
+    base: float = 0.0
+    score: float = 0.0
+    expanded: bool = False
+    canonical: bool = False
+    lifted_by_recent: bool = False
+
+    @property
+    def named(self) -> bool:
+        """The question names it: the keyword leg matched it."""
+        return self.keyword is not None
+
+
+def fuse(legs: LegResults, method: str, rrf_k: int) -> dict[str, Candidate]:
+    """Candidates from every leg with their fused relevance (see the module doc)."""
+    found: dict[str, Candidate] = {}
+    for leg, hits in (
+        (LEG_KEYWORD, legs.keyword),
+        (LEG_VECTOR, legs.vector),
+        (LEG_RECENT, legs.recent),
+    ):
+        for rank, (node_id, raw) in enumerate(hits, start=1):
+            cand = found.get(node_id)
+            if cand is None:
+                cand = found[node_id] = Candidate(node_id)
+            if leg == LEG_KEYWORD:
+                cand.keyword = raw
+            elif leg == LEG_VECTOR:
+                cand.vector = max(0.0, raw)
+            else:
+                cand.recent = raw
+            cand.ranks[leg] = rank
+    for cand in found.values():
+        if method == "rrf":
+            scale = rrf_k + 1.0
+            without = sum(scale / (rrf_k + r) for leg, r in cand.ranks.items() if leg != LEG_RECENT)
+            cand.relevance = without + (
+                scale / (rrf_k + cand.ranks[LEG_RECENT]) if LEG_RECENT in cand.ranks else 0.0
+            )
+        else:
+            without = max((s for s in (cand.keyword, cand.vector) if s is not None), default=0.0)
+            cand.relevance = max(without, cand.recent or 0.0)
+        cand.lifted_by_recent = cand.relevance > without and not cand.named
+    return found
+
+
+def _rank_key(cand: Candidate) -> tuple[int, float, str]:
+    first = 0 if cand.canonical and not cand.expanded else 1
+    return (first, -cand.score, cand.node_id)
+
+
+def order_candidates(cands: Iterable[Candidate]) -> list[Candidate]:
+    """Canonical query hits first, then by score; recent-lifted hits after every named one."""
+    ranked = sorted(cands, key=_rank_key)
+    last_named = max((i for i, c in enumerate(ranked) if c.named), default=-1)
+    if last_named < 0:
+        return ranked
+    held = [c for c in ranked[:last_named] if c.lifted_by_recent]
+    if not held:
+        return ranked
+    kept = [c for c in ranked[: last_named + 1] if not c.lifted_by_recent]
+    return kept + held + ranked[last_named + 1 :]
+
+
+class _Scorer:
+    """Base scores against one snapshot of the session-wide denominators."""
+
+    def __init__(self, session: Session, now: float, monotonic_now: float) -> None:
+        self.session = session
+        self.graph = session.index.graph
+        self.now = now
+        self.max_degree = _max_degree(self.graph, monotonic_now)
+        self.interactions = interaction_count(self.graph)
+
+    def score(self, cand: Candidate) -> bool:
+        """Fill ``cand``'s base and final score; False if the concept is gone."""
+        concept = self.graph.concept(cand.node_id)
+        if concept is None:
+            return False
+        parts = base_parts(
+            self.graph,
+            concept,
+            self.now,
+            max_degree=self.max_degree,
+            interactions=self.interactions,
+            pending_access=ACCESS_COUNTS.pending(self.session, cand.node_id),
+        )
+        cand.base = parts.total
+        cand.score = 0.5 * cand.base + 0.5 * cand.relevance
+        cand.canonical = concept.status is Status.CANONICAL
+        return True
+
+
+# =====================================================================================
+# dependency questions
+# =====================================================================================
+
+# Phrases that ask for a concept's dependents, as folded token sequences.
+DEPENDENCY_MARKERS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(phrase.split())
+    for phrase in (
+        "what depends on",
+        "what depend on",
+        "who depends on",
+        "which depend on",
+        "which depends on",
+        "anything depend on",
+        "anything depends on",
+        "everything that depends on",
+        "dependents of",
+        "dependent on",
+        "blast radius of",
+        "blast radius",
+        "safe to delete",
+        "safe to remove",
+        "safe to drop",
+        "what uses",
+        "who uses",
+        "what relies on",
+        "who relies on",
+        "what breaks if",
+        "what would break if",
+    )
+)
+MAX_NAME_TOKENS = 64  # longest name (in tokens) looked for in a question
+MAX_OCCURRENCES = 256  # a candidate named more often falls through to ordinary recall
+SECURITY_GROUP = ("security", "group")
+_SG_ID = re.compile(r"(?<![\w-])sg-[\w-]+")
+
+
+@dataclass(frozen=True)
+class _Token:
+    start: int  # offsets into the NFC query
+    end: int
+    folded: str
+    word: bool
+    space_before: bool
+
+
+@dataclass(frozen=True)
+class _Occurrence:
+    node_id: str
+    first: int  # token indices [first, last)
+    last: int
+    key: str
+
+
+@dataclass(frozen=True)
+class DependencyAnchor:
+    node_id: str
+    dependents: list[str]
+    how: str  # "named" or "security group"
+
+
+def _is_word_char(ch: str) -> bool:
+    return ch == "_" or unicodedata.category(ch)[0] in "LNM"
+
+
+_DROPPED_INVISIBLES = frozenset("\u034f\u200c\u200d") | {chr(c) for c in range(0xFE00, 0xFE10)}
+
+
+def question_tokens(text: str) -> list[_Token]:
+    """Words (letters, digits, marks, ``_``; a hyphen between word characters joins) and
+    single punctuation characters, with offsets into ``text`` and their folded form."""
+    tokens: list[_Token] = []
+    i, n = 0, len(text)
+    space = False
+    while i < n:
+        ch = text[i]
+        if ch.isspace():
+            space = True
+            i += 1
+            continue
+        if ch in _DROPPED_INVISIBLES:
+            i += 1
+            continue
+        start = i
+        if _is_word_char(ch):
+            i += 1
+            while i < n:
+                c = text[i]
+                joins = c == "-" and i + 1 < n and _is_word_char(text[i + 1])
+                if _is_word_char(c) or c in _DROPPED_INVISIBLES or joins:
+                    i += 1
+                else:
+                    break
+            word = True
+        else:
+            i += 1
+            word = False
+        raw = "".join(c for c in text[start:i] if c not in _DROPPED_INVISIBLES)
+        folded = unicodedata.normalize("NFC", raw.casefold())
+        tokens.append(_Token(start, i, folded, word, space and bool(tokens)))
+        space = False
+    return tokens
+
+
+def _span_key(tokens: Sequence[_Token], first: int, last: int) -> str:
+    parts = [tokens[first].folded]
+    for t in tokens[first + 1 : last]:
+        if t.space_before:
+            parts.append(" ")
+        parts.append(t.folded)
+    return "".join(parts)
+
+
+def _markers(tokens: Sequence[_Token]) -> list[tuple[int, int]]:
+    folded = [t.folded for t in tokens]
+    found: list[tuple[int, int]] = []
+    for i in range(len(folded)):
+        for phrase in DEPENDENCY_MARKERS:
+            if tuple(folded[i : i + len(phrase)]) == phrase:
+                found.append((i, i + len(phrase)))
+    return found
+
+
+def _anchorable(occ: _Occurrence, tokens: Sequence[_Token], query: str) -> bool:
+    """Not a function-word-only name (unless written as an uppercase acronym)."""
+    words = [t for t in tokens[occ.first : occ.last] if t.word]
+    if not words:
+        return False
+    if all(t.folded in FUNCTION_WORDS for t in words):
+        original = query[tokens[occ.first].start : tokens[occ.last - 1].end]
+        letters = [c for c in original if c.isalpha()]
+        return len(letters) >= 2 and all(c.isupper() for c in letters)
+    return True
+
+
+def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor | None:
+    """The concept a dependency question asks about, or None for an ordinary query.
+
+    The caller holds the index lock. Rules (spec, "Dependency questions"):
+    the question has a marker phrase; a name is a concept's whole text as
+    whole words, case ignored after NFC (tokens make the word edges: a hyphen
+    between word characters joins, punctuation is its own edge); it names a
+    concept with dependents; a name inside a longer name is skipped unless the
+    longer one overlaps the marker; marker phrases and function-word-only names
+    do not anchor (an uppercase acronym written uppercase does); the name
+    starting nearest after a marker wins, then Entity/Resource type, then
+    length. A question naming nothing but "security group" takes the security
+    group with the most dependents.
+    """
+    text = unicodedata.normalize("NFC", query)
+    tokens = question_tokens(text)
+    markers = _markers(tokens)
+    if not markers:
+        return None
+    marker_tokens = {i for a, b in markers for i in range(a, b)}
+    occurrences: list[_Occurrence] = []
+    per_concept: Counter[str] = Counter()
+    for first in range(len(tokens)):
+        for last in range(first + 1, min(len(tokens), first + MAX_NAME_TOKENS) + 1):
+            key = _span_key(tokens, first, last)
+            for named in graph.concepts_with_key(key):
+                occurrences.append(_Occurrence(named.id, first, last, key))
+                per_concept[named.id] += 1
+    if any(n > MAX_OCCURRENCES for n in per_concept.values()):
+        return None
+
+    def inside_marker(occ: _Occurrence) -> bool:
+        return all(i in marker_tokens for i in range(occ.first, occ.last))
+
+    def overlaps_marker(occ: _Occurrence) -> bool:
+        return any(i in marker_tokens for i in range(occ.first, occ.last))
+
+    names = [o for o in occurrences if not inside_marker(o) and _anchorable(o, tokens, text)]
+    hiders = [o for o in names if not overlaps_marker(o)]
+    visible = [
+        o
+        for o in names
+        if not any(
+            h.first <= o.first and o.last <= h.last and (h.last - h.first) > (o.last - o.first)
+            for h in hiders
+        )
+    ]
+    best: tuple[tuple[int, int, int, int, str], str, list[str]] | None = None
+    for occ in visible:
+        dependents = graph.dependents(occ.node_id)
+        if not dependents:
+            continue
+        concept = graph.concept(occ.node_id)
+        if concept is None:
+            continue
+        after = [occ.first - b for a, b in markers if b <= occ.first]
+        before = [a - occ.last for a, b in markers if occ.last <= a]
+        if after:
+            group, distance = 0, min(after)
+        else:
+            group, distance = 1, min(before, default=len(tokens))
+        kind = 0 if concept.concept_type in (ConceptType.ENTITY, ConceptType.RESOURCE) else 1
+        rank = (group, distance, kind, -len(occ.key), occ.node_id)
+        if best is None or rank < best[0]:
+            best = (rank, occ.node_id, dependents)
+    if best is not None:
+        return DependencyAnchor(best[1], best[2], "named")
+    folded = [t.folded.removesuffix("s") for t in tokens]
+    says_sg = any(tuple(folded[i : i + 2]) == SECURITY_GROUP for i in range(len(folded) - 1))
+    return _security_group(graph) if says_sg else None
+
+
+def _security_group(graph: SessionGraph) -> DependencyAnchor | None:
+    best: tuple[tuple[int, int, str], str, list[str]] | None = None
+    for concept in graph.iter_concepts():
+        key = concept.canonical_key
+        if not (_says_security_group(key) or _SG_ID.search(key)):
+            continue
+        dependents = graph.dependents(concept.id)
+        if not dependents:
+            continue
+        kind = 0 if concept.concept_type in (ConceptType.ENTITY, ConceptType.RESOURCE) else 1
+        rank = (-len(dependents), kind, concept.id)
+        if best is None or rank < best[0]:
+            best = (rank, concept.id, dependents)
+    if best is None:
+        return None
+    return DependencyAnchor(best[1], best[2], "security group")
+
+
+def _says_security_group(key: str) -> bool:
+    folded = [t.folded.removesuffix("s") for t in question_tokens(key)]
+    return any(tuple(folded[i : i + 2]) == SECURITY_GROUP for i in range(len(folded) - 1))
+
+
+def dependency_header(anchor_content: str, anchor_id: str, total: int, shown: int) -> str:
+    noun = "concept depends" if total == 1 else "concepts depend"
+    line = (
+        f'Answered by graph traversal: {total} {noun} on "{show_safely(anchor_content, 80)}" '
+        f"(id {short_id(anchor_id)})"
+    )
+    if shown < total:
+        line += f"; the {shown} ranked highest are shown"
+    return line + "."
+
+
+# =====================================================================================
+# recall
+# =====================================================================================
+
+
+def recall(
+    session: Session,
+    args: Mapping[str, Any],
+    *,
+    defaults: RecallDefaults,
+    fusion: str = "max",
+    rrf_k: int = 60,
+    legs: Collection[str] = ALL_LEGS,
+) -> RecallResult:
+    """Answer one lambo_recall call (``legs`` narrows the query legs, for the benchmarks)."""
+    request = parse_request(session, args, defaults)
+    index = session.index
+    graph = index.graph
+    now = session.clock.now()
+    monotonic_now = time.monotonic()
+
+    with index.lock:
+        anchor = find_dependency_anchor(graph, request.query)
+        if anchor is not None:
+            return _dependency_answer(session, request, anchor, defaults, now, monotonic_now)
+
+    embedder, vector_warning = (None, None)
+    if LEG_VECTOR in legs:
+        embedder, vector_warning = _vector_state(session)
+    depth = request.top_k * CANDIDATES_PER_HIT
+    cache_key = (
+        graph.version,
+        request.query,
+        depth,
+        tuple(sorted(legs)),
+        embedder is not None,
+    )
+    cache = _leg_cache(index)
+    leg_results = cache.get(cache_key)
+    if leg_results is None:
+        leg_results = run_legs(session, request.query, depth, legs, embedder)
+        cache.put(cache_key, leg_results)
+
+    candidates = fuse(leg_results, fusion, rrf_k)
+    with index.lock:
+        scorer = _Scorer(session, now, monotonic_now)
+        live = [c for c in candidates.values() if scorer.score(c)]
+        ranked = order_candidates(live)
+        if request.traversal_depth > 0 and ranked:
+            seeds = [c.node_id for c in ranked[: request.top_k]]
+            reached = graph.expand(
+                seeds, request.traversal_depth, EXPAND_EDGE_TYPES, limit=EXPAND_LIMIT
+            )
+            extra = []
+            for node_id in reached:
+                if node_id in candidates:
+                    continue
+                cand = Candidate(node_id, expanded=True)
+                if scorer.score(cand):
+                    extra.append(cand)
+            if extra:
+                ranked = order_candidates([*live, *extra])
+        top = ranked[: request.top_k]
+        blocks, hits, lines = _describe(graph, top, defaults.pillar_threshold)
+
+    warnings = [vector_warning] if vector_warning else []
+    return _finish(session, request, blocks, hits, warnings + lines, header=None)
+
+
+def _describe(
+    graph: SessionGraph, top: Sequence[Candidate], pillar_threshold: int
+) -> tuple[list[HitBlock], list[dict[str, Any]], list[str]]:
+    """Blocks, structured hits and warning lines for ranked candidates (lock held)."""
+    blocks: list[HitBlock] = []
+    hits: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for cand in top:
+        concept = graph.concept(cand.node_id)
+        if concept is None:  # pragma: no cover - scored under the same lock
+            continue
+        radius = graph.blast_radius(cand.node_id)
+        own: list[str] = []
+        if radius >= pillar_threshold:
+            own.append(pillar_line(radius))
+        blocks.append(
+            HitBlock(
+                node_id=concept.id,
+                content=concept.content,
+                type_label=concept.concept_type.label,
+                canonical=concept.status is Status.CANONICAL,
+                score=cand.score,
+                blast_radius=radius,
+                lines=tuple(own),
+            )
+        )
+        hits.append(
+            {
+                "node_id": concept.id,
+                "content": concept.content,
+                "concept_type": concept.concept_type.label,
+                "score": cand.score,
+                "is_canonical": concept.status is Status.CANONICAL,
+                "blast_radius": radius if radius > 0 else None,
+            }
+        )
+        lines.extend(own)
+    return blocks, hits, lines
+
+
+def _dependency_answer(
+    session: Session,
+    request: RecallRequest,
+    anchor: DependencyAnchor,
+    defaults: RecallDefaults,
+    now: float,
+    monotonic_now: float,
+) -> RecallResult:
+    """X's direct dependents, ranked like hits (lock held)."""
+    graph = session.index.graph
+    scorer = _Scorer(session, now, monotonic_now)
+    cands = []
+    for node_id in anchor.dependents:
+        cand = Candidate(node_id, relevance=DEPENDENCY_ANSWER_RELEVANCE)
+        if scorer.score(cand):
+            cands.append(cand)
+    ranked = sorted(cands, key=_rank_key)
+    top = ranked[: request.top_k]
+    blocks, hits, lines = _describe(graph, top, defaults.pillar_threshold)
+    target = graph.concept(anchor.node_id)
+    content = target.content if target is not None else anchor.node_id
+    header = dependency_header(content, anchor.node_id, len(ranked), len(top))
+    return _finish(session, request, blocks, hits, lines, header=header)
+
+
+def _finish(
+    session: Session,
+    request: RecallRequest,
+    blocks: list[HitBlock],
+    hits: list[dict[str, Any]],
+    warnings: list[str],
+    *,
+    header: str | None,
+) -> RecallResult:
+    rendered = render_context(blocks, request.max_tokens, header=header)
+    for i, hit in enumerate(hits):
+        if rendered.truncated == i:
+            hit["truncated_in_context"] = True
+        elif not rendered.included[i]:
+            hit["included_in_context"] = False
+    ACCESS_COUNTS.record(session, (hit["node_id"] for hit in hits))
+    return RecallResult(rendered.context, hits, warnings)
