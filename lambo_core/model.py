@@ -69,6 +69,9 @@ class EdgeType(enum.Enum):
     - DERIVES: interaction -> each concept the call wrote.
     - COOCCURRENCE: between concepts written in one call.
     - SEMANTIC: a similarity link (weight = cosine).
+    - SUPERSEDES_SUSPECTED: newer -> older, Lambo's reading that the newer concept may
+      replace the older one (#198, "Possibly superseded, not declared"); a suspicion,
+      not a declaration: no dependent, no contradiction.
     """
 
     DEPENDENCY = "dependency"
@@ -79,6 +82,7 @@ class EdgeType(enum.Enum):
     DERIVES = "derives"
     COOCCURRENCE = "cooccurrence"
     SEMANTIC = "semantic"
+    SUPERSEDES_SUSPECTED = "supersedes_suspected"
 
     @property
     def is_causal(self) -> bool:

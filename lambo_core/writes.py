@@ -11,20 +11,39 @@ of the call's texts in one batch (each framed with the call's text), matches
 or merges each concept, builds edges, commits everything in one store
 transaction that also marks the intent applied, mirrors the batch into the
 in-RAM indices and settles the receipt.
+
+Beside what it writes, a derive reads its near neighbours once (the top-k
+vector hits the similarity merge already reads) for two spec features:
+
+- Replacement candidates (lambo_derive, "Replacement candidates"): for each
+  concept the write created, the existing concepts it may replace, listed on
+  the settled receipt only; nothing is recorded.
+- Possibly superseded (lambo_recall, "Possibly superseded, not declared",
+  #198): a created concept that is a near match of an older one of its type,
+  refused the merge because an identifier or number differs, and differing
+  from it in exactly one value (``one_value_changed``), records a
+  SUPERSEDES_SUSPECTED edge from the newer concept to the older one.
+
+A write carrying against also gets a stale report on its receipt: the direct
+dependents of its targets that now rest on a contradicted concept, by the
+rule in ``contradiction.py``, read from the graph right after the commit.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import statistics
 import threading
 import time
+import unicodedata
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from .admission import FRAME_SEPARATOR, admit_action, admit_derive, call_text
+from .contradiction import DEFAULT_EDGE_MIN_AGE_S, StaleReport, stale_dependents
 from .embed.base import Embedder
 from .embed.onnx import EmbedderLoading
 from .errors import LamboError, StoreError, internal_fault
@@ -46,7 +65,7 @@ from .model import (
 from .receipts import ReceiptState, ReceiptView, render_line
 from .references import refuse_changed, still_names
 from .session import Session
-from .text import canonical_key
+from .text import canonical_key, has_image_suffix, show_safely
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +73,22 @@ COOCCURRENCE_PAIRS_PER_CALL = 10
 COOCCURRENCE_WEIGHT = 0.5
 MERGE_CANDIDATES = 8
 APPLY_SAMPLES = 256
+# Replacement candidates (spec: lambo_derive, "Replacement candidates").
+REPLACEABLE_TYPES = frozenset({ConceptType.LOGIC, ConceptType.CONSTRAINT, ConceptType.OBSERVATION})
+CANDIDATES_PER_CONCEPT = 3
+CANDIDATE_BYTES = 2048
+EXCERPT_CHARS = 80
+_CANDIDATES_CLAUSE = (
+    "; {n} replacement candidate(s): existing concepts this write may replace "
+    "(nothing recorded; cite one in against on a later call only if it really is replaced)"
+)
+_MERGED_SUFFIX = "; merged with this write, may be replaced"
+_NEWER_SUFFIX = (
+    "; newer: dated after this write, so it may replace this write, not the other way round; "
+    "do not cite it in against"
+)
+# Only a merge refused for these reasons can flag a possible supersession (#198).
+_SUPERSEDE_REASONS = frozenset({"identifiers differ", "numbers differ"})
 _NOTHING_WRITTEN = "; nothing was written"
 
 
@@ -86,6 +121,80 @@ def render_ack(summary: str, receipt: ReceiptView, agent_id: str) -> Ack:
     )
 
 
+def _durable_outcome(outcome: dict[str, Any]) -> dict[str, Any]:
+    """What the intent keeps of the outcome: the summary line and counts, not the lists.
+
+    A receipt recovered after a restart keeps only its summary (spec: replacement
+    candidates, stale report); the rows stay on the in-process receipt.
+    """
+    data = {k: v for k, v in outcome["data"].items() if k != "replacement_candidates"}
+    return {"detail": outcome["detail"].split("\n", 1)[0], "data": data}
+
+
+def _candidate_line(row: dict[str, Any]) -> str:
+    line = f'- {row["id"]} "{row["excerpt"]}" (cosine {row["cosine"]:.4f}, for {row["new_id"]})'
+    if row.get("merged"):
+        line += _MERGED_SUFFIX
+    if row.get("newer"):
+        line += _NEWER_SUFFIX
+    return line
+
+
+def _row_bytes(row: dict[str, Any]) -> int:
+    """A candidate row's size as the byte bound counts it: its compact serialized JSON."""
+    return len(json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def _stale_lines(report: StaleReport) -> list[str]:
+    lines = [
+        f"{report.total} dependent(s) now rest on a contradicted concept "
+        "(direct depends_on citations; lambo_stale lists them):"
+    ]
+    lines += [
+        f'- {short_id(r.node_id)} "{r.snippet}" cites {short_id(r.cited_id)}' for r in report.rows
+    ]
+    left = report.total - len(report.rows)
+    if left:
+        lines.append(f"- … {left} more; lambo_stale pages through them all")
+    return lines
+
+
+def _tokens(text: str) -> list[str]:
+    return unicodedata.normalize("NFC", text).split()
+
+
+def one_value_changed(newer: str, older: str) -> bool:
+    """Whether two texts differ in exactly one value after the predicate (#198).
+
+    A deliberately small rule: split both on whitespace (after NFC); they must
+    have the same number of tokens and differ at exactly one position, and that
+    position must not be the first token. "the embedder listens on port 8080"
+    and "... port 8081" qualify; "J1 round-1 verdict: pass" and "J2 round-1
+    verdict: pass" (a change before the predicate: a different subject, not a
+    new value) and two values changed at once do not. The first token stands
+    in for "before the predicate"; tokens compare exactly (case counts, as it
+    does for identifiers). The merge guard (identifiers or numbers differ)
+    decides that the changed token is a value.
+    """
+    a, b = _tokens(newer), _tokens(older)
+    if len(a) != len(b) or len(a) < 2:
+        return False
+    diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    return len(diff) == 1 and diff[0] != 0
+
+
+@dataclass
+class _Placement:
+    """One derive concept placed by similarity search: what it hit, and where it landed."""
+
+    node_id: str
+    content: str
+    ctype: ConceptType
+    hits: list[tuple[str, float]]  # top-k hits at or above the threshold, closest first
+    never_into: set[str]
+    merged_cosine: float | None = None  # set when the write merged into node_id
+
+
 @dataclass
 class _Plan:
     """What one intent will write, worked out under the index lock."""
@@ -99,6 +208,10 @@ class _Plan:
     citations: int = 0
     contradictions: int = 0
     action_node: str | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # within the byte bound
+    candidate_total: int = 0
+    supersessions: int = 0
+    against_targets: list[str] = field(default_factory=list)
 
 
 class _TransientFailure(LamboError):
@@ -111,9 +224,16 @@ class _TransientFailure(LamboError):
 class WritePipeline:
     """One session's write queue and its apply worker."""
 
-    def __init__(self, session: Session, *, embed_wait_s: float | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        embed_wait_s: float | None = None,
+        edge_min_age_s: float = DEFAULT_EDGE_MIN_AGE_S,
+    ) -> None:
         self.session = session
         self._embed_wait_s = embed_wait_s  # None: wait for a loading model as long as it takes
+        self.edge_min_age_s = edge_min_age_s  # canonization_edge_min_age, for the stale report
         self._admit_lock = threading.Lock()
         self._queue: queue.Queue[WriteIntent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -224,7 +344,7 @@ class WritePipeline:
                 session.stamp_before_write()
             outcome = self._outcome(plan)
             plan.batch.intent_receipt_id = intent.receipt_id
-            plan.batch.intent_outcome = outcome
+            plan.batch.intent_outcome = _durable_outcome(outcome)
             session.store.apply(plan.batch)
             session.index.apply(plan.batch)
         except _TransientFailure as exc:
@@ -237,6 +357,8 @@ class WritePipeline:
             log.exception("applying write %s failed", intent.receipt_id)
             self._fail(intent, internal_fault(repr(exc)), keep_intent=False, replay=replay)
             return
+        if plan.against_targets:
+            self._add_stale_report(outcome, plan.against_targets)
         elapsed_ms = (time.monotonic() - started) * 1000.0
         with self._lock:
             if replay:
@@ -355,6 +477,14 @@ class WritePipeline:
             detail += f"; {plan.citations} citation(s) recorded"
         if plan.contradictions:
             detail += f"; {plan.contradictions} contradiction(s) recorded"
+        if plan.supersessions:
+            detail += f"; {plan.supersessions} possible undeclared supersession(s) flagged"
+        if plan.candidate_total:
+            detail += _CANDIDATES_CLAUSE.format(n=plan.candidate_total)
+            detail += "".join("\n" + _candidate_line(row) for row in plan.candidates)
+            left = plan.candidate_total - len(plan.candidates)
+            if left:
+                detail += f"\n- … {left} more not listed (the receipt lists at most 2048 bytes)"
         data: dict[str, Any] = {
             "created": plan.created,
             "matched": plan.matched,
@@ -367,7 +497,29 @@ class WritePipeline:
         }
         if plan.action_node is not None:
             data["action_node"] = plan.action_node
+        if plan.supersessions:
+            data["possible_supersessions"] = plan.supersessions
+        if plan.candidate_total:
+            data["replacement_candidates"] = {
+                "candidates": plan.candidates,
+                "total": plan.candidate_total,
+            }
         return {"detail": detail, "data": data}
+
+    def _add_stale_report(self, outcome: dict[str, Any], targets: list[str]) -> None:
+        """The stale report on the against targets, read from the graph as just committed."""
+        session = self.session
+        try:
+            with session.index.lock:
+                report = stale_dependents(
+                    session.index.graph, targets, session.clock.now(), self.edge_min_age_s
+                )
+        except Exception:  # the write is committed: a fault here must not fail its receipt
+            log.exception("stale report for a write against %s failed", targets)
+            return
+        outcome["data"]["stale_report"] = report.as_dict()
+        if report.total:
+            outcome["detail"] += "\n" + "\n".join(_stale_lines(report))
 
     # -- lambo_stats -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -427,6 +579,8 @@ class _Builder:
         self.about = about
         self.interaction_id = interaction_id
         self._by_key: dict[str, str] = {}  # keys this call already placed -> node id
+        self._placements: list[_Placement] = []  # placed by similarity search, in call order
+        self._cites_itself: set[str] = set()  # merged into a concept its depends_on names
         self._edges: dict[tuple[str, str, EdgeType], Edge] = {}
         embedder = pipeline.session.plan
         self._threshold = 0.85
@@ -452,13 +606,20 @@ class _Builder:
             node_id = existing[0].id
             self._matched(node_id)
         else:
-            target = self._merge_target(content, vector, never_into or set()) if merge else None
+            barred = never_into or set()
+            hits = self._near(vector) if merge else []
+            target = self._merge_target(content, hits, barred)
             if target is not None:
                 self.plan.semantic_merged += 1
                 self._matched(target)
                 node_id = target
             else:
                 node_id = self._create(content, key, ctype, vector)
+            if merge and hits:
+                placed = _Placement(node_id, content, ctype, hits, barred)
+                if target is not None:
+                    placed.merged_cosine = dict(hits)[target]
+                self._placements.append(placed)
         self._by_key[key] = node_id
         return node_id
 
@@ -466,21 +627,30 @@ class _Builder:
         if node_id not in self.plan.matched and node_id not in self.plan.created:
             self.plan.matched.append(node_id)
 
-    def _merge_target(
-        self, content: str, vector: Vector | None, never_into: set[str]
-    ) -> str | None:
+    def _near(self, vector: Vector | None) -> list[tuple[str, float]]:
+        """The one vector search a placement makes: top-k hits at or above the threshold.
+
+        The merge, the replacement candidates and the possibly-superseded flag all
+        read these hits; nothing searches again.
+        """
         matrix = self.session.index.vectors
         if vector is None or matrix is None or len(matrix) == 0 or matrix.dim != vector.shape[0]:
-            return None
-        for node_id, cosine in matrix.top_k(vector, MERGE_CANDIDATES):
-            if cosine < self._threshold:
-                break
-            if node_id in never_into:
-                continue
-            candidate = self.graph.concept(node_id)
-            if candidate is None or merge_forbidden(content, candidate.content):
-                continue
-            return node_id
+            return []
+        hits = matrix.top_k(vector, MERGE_CANDIDATES)
+        return [(node_id, cosine) for node_id, cosine in hits if cosine >= self._threshold]
+
+    def _mergeable(self, content: str, node_id: str, never_into: set[str]) -> bool:
+        if node_id in never_into:
+            return False
+        candidate = self.graph.concept(node_id)
+        return candidate is not None and merge_forbidden(content, candidate.content) is None
+
+    def _merge_target(
+        self, content: str, hits: list[tuple[str, float]], never_into: set[str]
+    ) -> str | None:
+        for node_id, _cosine in hits:
+            if self._mergeable(content, node_id, never_into):
+                return node_id
         return None
 
     def _create(self, content: str, key: str, ctype: ConceptType, vector: Vector | None) -> str:
@@ -526,6 +696,120 @@ class _Builder:
     def _finish(self) -> None:
         self.plan.batch.edges = list(self._edges.values())
 
+    def _linked(self, a: str, b: str, *, stored: bool = True) -> bool:
+        """An against or depends_on between ``a`` and ``b``, either way: in this call, and
+        (``stored``) already in the graph."""
+        for etype in (EdgeType.DEPENDENCY, EdgeType.CONTRADICTS):
+            for src, dst in ((a, b), (b, a)):
+                if (src, dst, etype) in self._edges:
+                    return True
+                if stored and self.graph.edge(src, dst, etype) is not None:
+                    return True
+        return False
+
+    # -- replacement candidates and possible supersessions -----------------------------------
+    def _neighbours(self) -> None:
+        """Replacement candidates and possibly-superseded flags for this derive's placements.
+
+        Runs after the call's edges are built, so a depends_on or against written by
+        this same call excludes a pair. Never lists a concept this call wrote or
+        re-derived, except the concept a placement merged into (marked merged).
+        """
+        this_call = set(self.plan.created) | set(self.plan.matched)
+        rows: list[dict[str, Any]] = []
+        seen: set[tuple[str, str]] = set()
+        for placed in self._placements:
+            for row in self._candidates(placed, this_call):
+                pair = (row["node_id"], row["new_id"])
+                if pair not in seen:  # two texts of the call merged into one concept
+                    seen.add(pair)
+                    rows.append(row)
+            if placed.merged_cosine is None:
+                self._flag_supersessions(placed, this_call)
+        used = 0
+        for row in rows:
+            size = _row_bytes(row)
+            if used + size > CANDIDATE_BYTES:
+                break  # rows stay a prefix, in call order then closest first
+            self.plan.candidates.append(row)
+            used += size
+        self.plan.candidate_total = len(rows)
+
+    def _eligible(self, placed: _Placement, hit: Concept) -> bool:
+        """Same type (logic, constraint, observation), same repository scope, not an image."""
+        return (
+            placed.ctype in REPLACEABLE_TYPES
+            and hit.concept_type is placed.ctype
+            and hit.repo_scope is None  # this write records no scope (none do today)
+            and not has_image_suffix(hit.content)
+        )
+
+    def _candidates(self, placed: _Placement, this_call: set[str]) -> list[dict[str, Any]]:
+        merged_with: set[str] = set()
+        if placed.merged_cosine is not None:
+            # The concept merged into, and any other it tied with for the merge.
+            tie = round(placed.merged_cosine, 4)
+            merged_with = {
+                node_id
+                for node_id, cosine in placed.hits
+                if round(cosine, 4) == tie
+                and self._mergeable(placed.content, node_id, placed.never_into)
+            }
+        out: list[dict[str, Any]] = []
+        for node_id, cosine in placed.hits:
+            if len(out) >= CANDIDATES_PER_CONCEPT:
+                break
+            merged = node_id in merged_with
+            if placed.merged_cosine is not None and not merged:
+                continue  # nothing was created: only what it merged with is listed
+            if not merged and node_id in this_call:
+                continue
+            hit = self.graph.concept(node_id)
+            if hit is None or not self._eligible(placed, hit):
+                continue
+            if node_id == placed.node_id:
+                if node_id in self._cites_itself:
+                    continue  # the write cites what it merged into: a depends_on between them
+            elif self._linked(placed.node_id, node_id, stored=not merged):
+                # A created concept has no stored edges but this call's; for a merge the
+                # write's concept is the one merged into, and only what this write itself
+                # declares (its depends_on, its against) ties it to another tied concept.
+                continue
+            row: dict[str, Any] = {
+                "id": short_id(node_id),
+                "node_id": node_id,
+                "excerpt": show_safely(hit.content, EXCERPT_CHARS),
+                "cosine": round(cosine, 4),
+                "new_id": short_id(placed.node_id),
+            }
+            if merged:
+                row["merged"] = True
+            if hit.about_time > self.about:
+                row["newer"] = True
+            out.append(row)
+        return out
+
+    def _flag_supersessions(self, placed: _Placement, this_call: set[str]) -> None:
+        """SUPERSEDES_SUSPECTED, newer -> older by about-time, for a created concept's hits."""
+        for node_id, _cosine in placed.hits:
+            if node_id in this_call:
+                continue
+            hit = self.graph.concept(node_id)
+            if hit is None or not self._eligible(placed, hit):
+                continue
+            if merge_forbidden(placed.content, hit.content) not in _SUPERSEDE_REASONS:
+                continue
+            if hit.about_time == self.about or self._linked(placed.node_id, node_id):
+                continue
+            if hit.about_time < self.about:
+                newer, older, texts = placed.node_id, node_id, (placed.content, hit.content)
+            else:  # a backfilled write: the existing concept is the later fact
+                newer, older, texts = node_id, placed.node_id, (hit.content, placed.content)
+            if not one_value_changed(*texts):
+                continue
+            self.edge(newer, older, EdgeType.SUPERSEDES_SUSPECTED)
+            self.plan.supersessions += 1
+
     def _check_ref(self, field: str, ref: dict[str, Any]) -> str:
         """The node a reference fixed at admission still names, or the receipt's refusal."""
         node_id = str(ref["node_id"])
@@ -554,6 +838,7 @@ class _Builder:
             for dep in depends:
                 if dep == node:  # merged into what it cites: the merge already ties them
                     self.plan.reinforced += 1
+                    self._cites_itself.add(node)
                     continue
                 dependency_pairs.append((node, dep))
                 self.edge(node, dep, EdgeType.DEPENDENCY)
@@ -562,6 +847,7 @@ class _Builder:
                 if target != node:
                     self.edge(node, target, EdgeType.CONTRADICTS)
                     self.plan.contradictions += 1
+                    self.plan.against_targets.append(target)
         if self.graph.batch_closes_cycle(dependency_pairs, (EdgeType.DEPENDENCY,)) is not None:
             raise StoreError(
                 "depends_on would close a dependency loop with a write applied since this one "
@@ -586,6 +872,7 @@ class _Builder:
                 "parent_of would close a Hierarchical cycle (the hierarchy must stay acyclic)"
                 + _NOTHING_WRITTEN
             )
+        self._neighbours()
         self._finish()
 
     # -- lambo_record_action ----------------------------------------------------------------
@@ -616,6 +903,7 @@ class _Builder:
         for target in against:
             self.edge(act, target, EdgeType.CONTRADICTS)
             self.plan.contradictions += 1
+            self.plan.against_targets.append(target)
         causal = (EdgeType.PRODUCES, EdgeType.MODIFIES, EdgeType.DEPENDENCY)
         if (
             any(a == b for a, b in pairs)
