@@ -1,0 +1,1104 @@
+"""One writer per session: the lease, the hub's Unix socket, forwarding, and takeover.
+
+The first ``lambo serve`` of a session takes the session lease (``LeaseKeeper``)
+and becomes its hub: it publishes a Unix socket (``HubServer``) in the private
+per-user socket directory. Every later serve of the same session and store
+forwards each tool call over that socket (``Forwarder``). ``SessionHub`` is the
+small state machine a serve runs: it elects itself hub or forwarder, answers a
+call whose hub vanished with a clear error, and then takes the lease over and
+becomes the hub itself.
+
+Socket directory (spec, "More than one client on one machine"):
+``$XDG_RUNTIME_DIR/lambo``, else ``/tmp/lambo-<uid>``, never TMPDIR. It must be
+a real directory (not a symlink), owned by this uid, mode 700; it is created so
+if missing, and a serve refuses to bind or forward into one that is not.
+
+Socket name: derived from the session and the store's real path only, so two
+serves of one session and store agree on it whatever their environment. A
+forwarder looks for that name in every directory a holder could have
+published in (``socket_dirs``), its own first, so clients that disagree about
+XDG_RUNTIME_DIR still meet.
+
+Wire protocol (newline-delimited JSON, one object per line, UTF-8):
+request ``{"id": n, "tool": str, "arguments": {...}, "meta": {...}}``, answer
+``{"id": n, "result": {content, structuredContent, isError}}`` or
+``{"id": n, "error": "..."}``. Requests on one connection may overlap; answers
+come back in completion order and are matched by id. A request line over
+``MAX_LINE`` is discarded unread up to its newline, logged with its size only,
+and answered with ``request too large (over 4 MiB)`` (its id when it can be read
+from the start or the end of the line, else null); the connection goes on
+serving. A line cut off by the end of input is not answered.
+
+Takeover rule (``holder_dead_here``): a lease held by another holder is taken
+before it expires only when the holder (``agent@host#pid``) names this host,
+its pid is not ours, and that pid no longer runs here (``os.kill(pid, 0)`` says
+no such process, or ``/proc`` shows it a zombie). The stale lease is expired
+with a release conditional on its fencing token, so exactly the lease judged
+dead is expired (if another serve took it over meanwhile, the token moved and
+the release does nothing), and the lease is then acquired the ordinary way.
+Any other held lease is waited out until it expires (the TTL, 45 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import stat
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from .clock import Clock, SystemClock
+from .errors import ConfigError, ConflictError, LamboError, internal_fault
+from .model import Lease
+from .paths import APP, socket_dir
+from .store.base import Store
+
+log = logging.getLogger("lambo.hub")
+
+#: sun_path on macOS and the BSDs is 104 bytes with its terminating NUL (Linux: 108);
+#: a socket path must fit the smaller one, so at most 103 bytes of path.
+MAX_SOCKET_PATH = 104
+MAX_REQUEST = 4 * 1024 * 1024
+#: one forwarded request line: the 4 MiB request plus room for the envelope
+MAX_LINE = MAX_REQUEST + 64 * 1024
+#: one answer line read by a forwarder (answers are bounded by the tools' own limits)
+MAX_ANSWER_LINE = 64 * 1024 * 1024
+LEASE_TTL = 45.0
+HEARTBEAT = 15.0
+TOO_LARGE = "request too large (over 4 MiB)"
+SOCKET_DIR_ADVICE = "remove the directory or point XDG_RUNTIME_DIR at one you own"
+HUB_GONE_TEXT = (
+    "lambo memory is unavailable for this call: the lambo serve that holds this session "
+    "stopped answering, so nothing was read and nothing was written. Memory returns once "
+    "a lambo serve holds the session again (this one is taking it over); carry on "
+    "without it rather than waiting."
+)
+
+Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Role = Literal["starting", "hub", "forwarder", "electing", "closed"]
+
+_CHUNK = 64 * 1024
+_ID_TEXT = rb'(-?\d+|"(?:[^"\\]|\\.)*"|null)'
+_ID_AT_START = re.compile(rb'\A\s*\{\s*"id"\s*:\s*' + _ID_TEXT)
+_ID_AT_END = re.compile(rb'"id"\s*:\s*' + _ID_TEXT + rb"\s*\}\s*\Z")
+
+
+class SocketPathTooLong(ConfigError):
+    """The socket path does not fit a Unix socket address: no publishing, no forwarding."""
+
+
+class HubGone(Exception):
+    """The hub could not be reached, or dropped the connection while a call was in flight.
+
+    Internal: callers see ``hub_gone_result()``; the reason is only logged.
+    """
+
+
+def tool_error(text: str) -> dict[str, Any]:
+    """A CallToolResult (as its JSON dict) that refuses with ``text``."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def hub_gone_result() -> dict[str, Any]:
+    """What a call gets when its hub is gone: nothing read or written; memory comes back."""
+    return tool_error(HUB_GONE_TEXT)
+
+
+# --------------------------------------------------------------------------- the socket dir
+
+
+def _current_uid() -> int:
+    return os.getuid()
+
+
+def _unsafe_dir(path: Path, reason: str) -> ConfigError:
+    return ConfigError(
+        f"the socket directory {path} {reason}; lambo serve neither binds nor forwards into it, "
+        "because a socket other local accounts can reach would let them issue writes against "
+        f"your session: {SOCKET_DIR_ADVICE}"
+    )
+
+
+def check_socket_dir(path: Path) -> bool:
+    """True when ``path`` is a safe socket directory, False when it does not exist.
+
+    Raises ``ConfigError`` (with the spec's advice) when it exists and is a
+    symlink, not a directory, not owned by this uid, or not mode 700.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise _unsafe_dir(path, "cannot be inspected") from exc
+    uid = _current_uid()
+    if stat.S_ISLNK(st.st_mode):
+        reason = "is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        reason = "is not a directory"
+    elif st.st_uid != uid:
+        reason = f"is owned by uid {st.st_uid}, not by you (uid {uid})"
+    elif stat.S_IMODE(st.st_mode) != 0o700:
+        reason = f"has mode {stat.S_IMODE(st.st_mode):o}, not 700"
+    else:
+        return True
+    raise _unsafe_dir(path, reason)
+
+
+def prepare_socket_dir(path: str | os.PathLike[str]) -> Path:
+    """Make sure ``path`` is a safe socket directory, creating it mode 700 if missing."""
+    path = Path(path)
+    if check_socket_dir(path):
+        return path
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass  # another serve created it a moment ago: checked below like any other
+    except OSError as exc:
+        raise ConfigError(
+            f"the socket directory {path} could not be created ({exc.strerror}): "
+            f"{SOCKET_DIR_ADVICE}",
+            detail=str(exc),
+        ) from exc
+    else:
+        os.chmod(path, 0o700)  # the umask may have removed bits from our own directory
+    if not check_socket_dir(path):
+        raise ConfigError(f"the socket directory {path} vanished while it was being created")
+    return path
+
+
+def socket_dirs(env: Mapping[str, str] | None = None) -> list[Path]:
+    """Every directory a holder could have published in, this environment's own first.
+
+    The spec's two ($XDG_RUNTIME_DIR/lambo, /tmp/lambo-<uid>), plus the usual
+    systemd runtime dir, so a serve started without XDG_RUNTIME_DIR still finds
+    a holder that had it.
+    """
+    env = os.environ if env is None else env
+    uid = _current_uid()
+    dirs = [socket_dir(env)]
+    for extra in (Path(f"/run/user/{uid}") / APP, Path(f"/tmp/{APP}-{uid}")):
+        if extra not in dirs:
+            dirs.append(extra)
+    return dirs
+
+
+# --------------------------------------------------------------------------- the socket name
+
+
+def store_identity(store: str | os.PathLike[str]) -> str:
+    """The store's identity in a socket name: its real absolute path."""
+    return os.path.realpath(os.fspath(store))
+
+
+def socket_name(session: str, store: str | os.PathLike[str]) -> str:
+    """The socket's file name: the same for one session and store in any environment."""
+    key = (session + "\0" + store_identity(store)).encode("utf-8", "surrogateescape")
+    return f"{APP}-{hashlib.sha256(key).hexdigest()[:16]}.sock"
+
+
+def socket_path(
+    directory: str | os.PathLike[str], session: str, store: str | os.PathLike[str]
+) -> Path:
+    """Where the holder of (session, store) publishes in ``directory``.
+
+    Raises ``SocketPathTooLong`` when the path with its NUL exceeds 104 bytes.
+    """
+    return check_socket_path_length(Path(directory) / socket_name(session, store))
+
+
+def check_socket_path_length(path: Path) -> Path:
+    """``path`` if it fits a Unix socket address, else ``SocketPathTooLong``."""
+    size = len(os.fsencode(path))
+    if size + 1 > MAX_SOCKET_PATH:
+        raise SocketPathTooLong(
+            f"the socket path {path} is {size} bytes, but a Unix socket address holds at most "
+            f"{MAX_SOCKET_PATH - 1} (104 with its terminating NUL), so this serve can neither "
+            "publish the session nor forward to its holder; point XDG_RUNTIME_DIR at a "
+            "shorter directory"
+        )
+    return path
+
+
+def hub_candidates(
+    session: str, store: str | os.PathLike[str], env: Mapping[str, str] | None = None
+) -> list[Path]:
+    """Published sockets of (session, store) that exist, this environment's own dir first.
+
+    Raises ``ConfigError`` when this environment's own socket directory is
+    unsafe (serve refuses to forward). Another candidate directory that is
+    unsafe is skipped with a warning, never forwarded into.
+    """
+    found: list[Path] = []
+    for index, directory in enumerate(socket_dirs(env)):
+        try:
+            if not check_socket_dir(directory):
+                continue
+            path = socket_path(directory, session, store)
+        except SocketPathTooLong:
+            continue
+        except ConfigError as exc:
+            if index == 0:
+                raise
+            log.warning("hub: not forwarding into %s: %s", directory, exc.message)
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append(path)
+    return found
+
+
+# --------------------------------------------------------------------------- the lease
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def parse_holder(holder: str) -> tuple[str, str, int] | None:
+    """``agent@host#pid`` -> (agent, host, pid), or None when it is not in that form."""
+    rest, sep, pid_text = holder.rpartition("#")
+    agent, at, host = rest.rpartition("@")
+    if not sep or not at or not pid_text.isdigit():
+        return None
+    return agent, host, int(pid_text)
+
+
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process on this host (an unknown answer counts as live)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: it exists, it is someone else's
+    # a process that exited keeps its pid as a zombie until its parent reaps it
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return True
+    state = data[data.rfind(b")") + 2 :][:1]
+    return state not in (b"Z", b"X")
+
+
+def holder_dead_here(lease: Lease, *, host: str | None = None) -> bool:
+    """The takeover rule: the lease's holder is a process of this host that no longer runs."""
+    parsed = parse_holder(lease.holder)
+    if parsed is None:
+        return False
+    _, holder_host, pid = parsed
+    if holder_host != (this_host() if host is None else host):
+        return False
+    if pid != lease.pid or pid == os.getpid():
+        return False
+    return not pid_running(pid)
+
+
+def lease_free(lease: Lease | None, now: float) -> bool:
+    return lease is None or lease.expires_at <= now
+
+
+def holder_description(lease: Lease, now: float | None = None) -> str:
+    """Who holds a session, for logs and refusals: holder, agent, pid, heartbeat, expiry."""
+    now = SystemClock().now() if now is None else now
+    return (
+        f"{lease.holder} (agent {lease.agent}, pid {lease.pid}; last heartbeat "
+        f"{max(0.0, now - lease.heartbeat_at):.0f} s ago, lease expires in "
+        f"{max(0.0, lease.expires_at - now):.0f} s)"
+    )
+
+
+def http_refusal(session: str, lease: Lease, now: float | None = None) -> ConflictError:
+    """The refusal of a second ``--transport http`` serve on a held session."""
+    return ConflictError(
+        f"session {session!r} is already held by {holder_description(lease, now)}; an HTTP "
+        "serve must be the session's only writer, so stop that serve first (stdio serves "
+        "forward to it instead)"
+    )
+
+
+class LeaseKeeper:
+    """This process's hold on a session's lease: acquire, heartbeat, notice loss, release.
+
+    ``lost`` is set when a heartbeat finds the lease taken over by another
+    process (or could not be renewed before it expired): the serve must stop
+    writing at once.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        session: str,
+        agent: str,
+        clock: Clock | None = None,
+        ttl: float = LEASE_TTL,
+        heartbeat: float = HEARTBEAT,
+        *,
+        pid: int | None = None,
+        host: str | None = None,
+    ) -> None:
+        self.store = store
+        self.session = session
+        self.agent = agent
+        self.clock: Clock = clock or SystemClock()
+        self.ttl = ttl
+        self.heartbeat = heartbeat
+        self.pid = os.getpid() if pid is None else pid
+        self.host = this_host() if host is None else host
+        self.holder = f"{agent}@{self.host}#{self.pid}"
+        self.lease: Lease | None = None
+        self.lost = asyncio.Event()
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the lease held now, or None."""
+        return self.lease.token if self.lease is not None else None
+
+    def current(self) -> Lease | None:
+        return self.store.get_lease(self.session)
+
+    def try_acquire(self, *, take_dead: bool = True) -> Lease | None:
+        """Take the lease if it is free, ours, or (``take_dead``) held by a dead local process.
+
+        Returns the held lease, or None while another live holder has it.
+        """
+        now = self.clock.now()
+        current = self.store.get_lease(self.session)
+        if current is not None and current.holder != self.holder and not lease_free(current, now):
+            if not (take_dead and holder_dead_here(current, host=self.host)):
+                return None
+            log.warning(
+                "hub: session %r was held by %s, which no longer runs on this host; "
+                "taking the lease over",
+                self.session,
+                holder_description(current, now),
+            )
+            self.store.release_lease(self.session, current.token)
+        wanted = Lease(
+            session=self.session,
+            holder=self.holder,
+            pid=self.pid,
+            agent=self.agent,
+            acquired_at=now,
+            heartbeat_at=now,
+            expires_at=now + self.ttl,
+            token=0,
+        )
+        got = self.store.acquire_lease(wanted, now)
+        if got is not None:
+            self.lease = got
+            self.lost.clear()
+        return got
+
+    def renew(self) -> bool:
+        """One heartbeat. False (and ``lost`` set) when the lease is no longer ours."""
+        lease = self.lease
+        if lease is None:
+            return False
+        return self._settle_renewal(lease, *self._renew_in_store(lease))
+
+    def _renew_in_store(self, lease: Lease) -> tuple[float, bool, str | None]:
+        """The store's half of a heartbeat (runs in a worker thread): (now, renewed, why lost)."""
+        now = self.clock.now()
+        try:
+            if self.store.renew_lease(self.session, lease.token, now, self.ttl):
+                return now, True, None
+            current = self.store.get_lease(self.session)
+        except LamboError as exc:
+            log.warning("hub: the lease heartbeat failed: %s (%s)", exc.message, exc.detail)
+            if now >= lease.expires_at:
+                return now, False, "the lease expired while the store could not be reached"
+            return now, False, None
+        by = holder_description(current, now) if current is not None else "nobody"
+        return now, False, f"the lease was taken over by {by}"
+
+    def _settle_renewal(self, lease: Lease, now: float, renewed: bool, lost: str | None) -> bool:
+        if self.lease is not lease:
+            return renewed  # released (or re-acquired) meanwhile
+        if renewed:
+            self.lease = replace(lease, heartbeat_at=now, expires_at=now + self.ttl)
+            return True
+        if lost is not None:
+            log.error("hub: session %r lost: %s; this serve stops writing", self.session, lost)
+            self.lease = None
+            self.lost.set()
+        return False
+
+    async def run(self) -> None:
+        """Heartbeat every ``heartbeat`` seconds until released or lost."""
+        while self.lease is not None and not self.lost.is_set():
+            await asyncio.sleep(self.heartbeat)
+            lease = self.lease
+            if lease is None:
+                return
+            outcome = await asyncio.to_thread(self._renew_in_store, lease)
+            self._settle_renewal(lease, *outcome)
+
+    def release(self) -> None:
+        """Give the lease up (the next holder may take it at once)."""
+        lease, self.lease = self.lease, None
+        if lease is None:
+            return
+        try:
+            self.store.release_lease(self.session, lease.token)
+        except LamboError as exc:
+            log.warning("hub: releasing the lease failed: %s (%s)", exc.message, exc.detail)
+
+
+# --------------------------------------------------------------------------- lines
+
+
+@dataclass(frozen=True)
+class _Oversized:
+    """A line over the limit, discarded: its size and a little of each end (for its id)."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+    def request_id(self) -> int | str | None:
+        for pattern, text in ((_ID_AT_START, self.head), (_ID_AT_END, self.tail)):
+            match = pattern.search(text)
+            if match is not None:
+                try:
+                    value = json.loads(match.group(1))
+                except ValueError:
+                    continue
+                if isinstance(value, int | str) and not isinstance(value, bool):
+                    return value
+        return None
+
+
+def _valid_id(value: object) -> bool:
+    return value is None or (isinstance(value, int | str) and not isinstance(value, bool))
+
+
+class _Lines:
+    """Newline-delimited lines of at most ``limit`` bytes from a stream.
+
+    ``next()`` returns a line (without its newline) or an ``_Oversized`` for a
+    line that was discarded unread; it raises ``EOFError`` at the end of input
+    (a line cut off by the end is dropped).
+    """
+
+    _KEEP = 256
+
+    def __init__(self, reader: asyncio.StreamReader, limit: int) -> None:
+        self._reader = reader
+        self._limit = limit
+        self._buf = bytearray()
+        self._scanned = 0
+
+    async def next(self) -> bytes | _Oversized:
+        while True:
+            at = self._buf.find(b"\n", self._scanned)
+            if at > self._limit:  # the whole of an oversized line arrived at once
+                over = _Oversized(
+                    at, bytes(self._buf[: self._KEEP]), bytes(self._buf[:at][-self._KEEP :])
+                )
+                del self._buf[: at + 1]
+                self._scanned = 0
+                return over
+            if at >= 0:
+                line = bytes(self._buf[:at])
+                del self._buf[: at + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._buf)
+            if len(self._buf) > self._limit:
+                return await self._discard()
+            chunk = await self._reader.read(_CHUNK)
+            if not chunk:
+                raise EOFError
+            self._buf += chunk
+
+    async def _discard(self) -> _Oversized:
+        size = len(self._buf)
+        head = bytes(self._buf[: self._KEEP])
+        tail = bytes(self._buf[-self._KEEP :])
+        self._buf.clear()
+        self._scanned = 0
+        while True:
+            chunk = await self._reader.read(_CHUNK)
+            if not chunk:
+                raise EOFError
+            at = chunk.find(b"\n")
+            if at >= 0:
+                size += at
+                tail = (tail + chunk[:at])[-self._KEEP :]
+                self._buf += chunk[at + 1 :]
+                return _Oversized(size, head, tail)
+            size += len(chunk)
+            tail = (tail + chunk)[-self._KEEP :]
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+# --------------------------------------------------------------------------- the hub's server
+
+
+class HubServer:
+    """The hub's end of the socket: answers forwarded calls with ``handler``.
+
+    Start it only while holding the session lease: ``start`` clears whatever
+    socket file a crashed holder left at ``path``.
+    """
+
+    def __init__(self, handler: Handler, path: str | os.PathLike[str]) -> None:
+        self.handler = handler
+        self.path = Path(path)
+        self._server: asyncio.Server | None = None
+        self._ident: tuple[int, int] | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._answers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        check_socket_path_length(self.path)
+        prepare_socket_dir(self.path.parent)
+        self._clear_stale()
+        self._server = await asyncio.start_unix_server(self._connection, path=os.fspath(self.path))
+        os.chmod(self.path, 0o600)
+        st = os.lstat(self.path)
+        self._ident = (st.st_dev, st.st_ino)
+        log.info("hub: serving forwarded calls on %s", self.path)
+
+    def _clear_stale(self) -> None:
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError(
+                f"{self.path} exists and is not a socket; lambo will not remove it: "
+                f"{SOCKET_DIR_ADVICE}"
+            )
+        log.info("hub: clearing the stale socket %s", self.path)
+        os.unlink(self.path)
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for task in list(self._answers):
+            task.cancel()
+        for writer in list(self._writers):
+            writer.close()  # each connection's reader sees the end and its task returns
+        if self._answers:
+            await asyncio.gather(*self._answers, return_exceptions=True)
+        if self._connections:
+            _, stuck = await asyncio.wait(list(self._connections), timeout=1.0)
+            for task in stuck:
+                task.cancel()
+        await server.wait_closed()
+        # remove the file only if it is still ours (a successor may have published anew)
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) == self._ident:
+                os.unlink(self.path)
+        log.info("hub: stopped serving forwarded calls on %s", self.path)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        if current is not None:
+            self._connections.add(current)
+            current.add_done_callback(self._connections.discard)
+        self._writers.add(writer)
+        lock = asyncio.Lock()
+
+        async def send(message: dict[str, Any]) -> None:
+            try:
+                data = _encode(message)
+            except (TypeError, ValueError) as exc:
+                fault = internal_fault(f"answer not JSON: {exc}")
+                log.error("hub: %s", fault.detail)
+                data = _encode({"id": message.get("id"), "error": fault.render()})
+            async with lock:
+                if writer.is_closing():
+                    return
+                writer.write(data)
+                with contextlib.suppress(OSError):
+                    await writer.drain()
+
+        lines = _Lines(reader, MAX_LINE)
+        try:
+            while True:
+                try:
+                    item = await lines.next()
+                except (EOFError, OSError):
+                    break
+                if isinstance(item, _Oversized):
+                    log.warning(
+                        "hub: discarded a forwarded request of %d bytes (over %d)",
+                        item.size,
+                        MAX_LINE,
+                    )
+                    await send({"id": item.request_id(), "error": TOO_LARGE})
+                    continue
+                task = asyncio.create_task(self._answer(item, send))
+                self._answers.add(task)
+                task.add_done_callback(self._answers.discard)
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _answer(self, line: bytes, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        rid: object = None
+        try:
+            message = json.loads(line)
+            if not isinstance(message, dict):
+                raise ValueError("not an object")
+            rid = message.get("id")
+            tool, arguments = message.get("tool"), message.get("arguments")
+            if not _valid_id(rid) or not isinstance(tool, str) or not isinstance(arguments, dict):
+                raise ValueError("missing id, tool or arguments")
+        except ValueError as exc:
+            log.warning("hub: a malformed forwarded request (%d bytes): %s", len(line), exc)
+            await send({"id": rid if _valid_id(rid) else None, "error": "malformed request"})
+            return
+        try:
+            result = await self.handler(tool, arguments)
+        except LamboError as exc:
+            if exc.detail:
+                log.warning("hub: %s failed: %s (%s)", tool, exc.message, exc.detail)
+            await send({"id": rid, "error": exc.render()})
+        except Exception as exc:
+            fault = internal_fault(repr(exc))
+            log.exception("hub: %s raised", tool)
+            await send({"id": rid, "error": fault.render()})
+        else:
+            await send({"id": rid, "result": result})
+
+
+# --------------------------------------------------------------------------- forwarding
+
+
+class _Conn:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.lock = asyncio.Lock()
+        self.dead = False
+        self.task: asyncio.Task[None] | None = None
+
+
+class Forwarder:
+    """A serve's (or the CLI's) end of the hub socket: forwards tool calls to the hub.
+
+    ``target`` is a socket path, or a function listing candidate paths (tried
+    in order; ``hub_candidates`` fits). Connects lazily; a call that finds its
+    connection gone connects again (once). ``HubGone`` when no hub answers or
+    the connection drops while a call is in flight; ``on_drop`` is called when
+    an open connection drops, so a serve can start taking over at once.
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | Callable[[], Sequence[Path]],
+        *,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
+        if callable(target):
+            self._resolve: Callable[[], Sequence[Path]] = target
+        else:
+            fixed = Path(target)
+            self._resolve = lambda: [fixed]
+        self._on_drop = on_drop
+        self._conn: _Conn | None = None
+        self._connect_lock = asyncio.Lock()
+        self._next_id = 0
+        self._closed = False
+        self.path: Path | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.dead
+
+    async def connect(self) -> Path:
+        """Open the connection now (if not open); the path it reached, or ``HubGone``."""
+        await self._connection()
+        assert self.path is not None
+        return self.path
+
+    async def _connection(self) -> _Conn:
+        if self._closed:
+            raise HubGone("the forwarder is closed")
+        async with self._connect_lock:
+            if self._conn is not None and not self._conn.dead:
+                return self._conn
+            reasons: list[str] = []
+            for path in self._resolve():
+                try:
+                    reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+                except OSError as exc:
+                    reasons.append(f"{path}: {exc.strerror or exc}")
+                    continue
+                conn = _Conn(reader, writer)
+                conn.task = asyncio.create_task(self._read(conn))
+                self._conn, self.path = conn, path
+                return conn
+            raise HubGone("no hub answered: " + ("; ".join(reasons) or "no socket published"))
+
+    async def _read(self, conn: _Conn) -> None:
+        lines = _Lines(conn.reader, MAX_ANSWER_LINE)
+        reason = "the hub closed the connection"
+        try:
+            while True:
+                item = await lines.next()
+                if isinstance(item, _Oversized):
+                    rid = item.request_id()
+                    log.error("hub: an answer of %d bytes was too large to read", item.size)
+                    message: dict[str, Any] = {"id": rid, "error": "the answer was too large"}
+                else:
+                    try:
+                        message = json.loads(item)
+                    except ValueError:
+                        log.error("hub: an answer that is not JSON (%d bytes)", len(item))
+                        continue
+                    if not isinstance(message, dict):
+                        continue
+                rid = message.get("id")
+                future = conn.pending.pop(rid, None) if isinstance(rid, int) else None
+                if future is not None and not future.done():
+                    future.set_result(message)
+        except EOFError:
+            pass
+        except (OSError, ValueError) as exc:
+            reason = f"the connection to the hub failed: {exc}"
+        finally:
+            self._drop(conn, reason)
+
+    def _drop(self, conn: _Conn, reason: str) -> None:
+        if conn.dead:
+            return
+        conn.dead = True
+        pending, conn.pending = conn.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(HubGone(reason))
+        conn.writer.close()
+        if self._on_drop is not None and not self._closed:
+            self._on_drop()
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Forward one tool call; the hub's CallToolResult as a JSON dict."""
+        conn = await self._connection()
+        self._next_id += 1
+        rid = self._next_id
+        line = _encode({"id": rid, "tool": tool, "arguments": arguments, "meta": meta or {}})
+        if len(line) > MAX_LINE:
+            log.warning("hub: not forwarding a request of %d bytes (over %d)", len(line), MAX_LINE)
+            return tool_error(TOO_LARGE)
+        if conn.dead:
+            raise HubGone("the hub closed the connection")
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        conn.pending[rid] = future
+        try:
+            try:
+                async with conn.lock:
+                    conn.writer.write(line)
+                    await conn.writer.drain()
+            except OSError as exc:
+                self._drop(conn, f"sending to the hub failed: {exc}")
+                raise HubGone(f"sending to the hub failed: {exc}") from exc
+            message = await future
+        finally:
+            conn.pending.pop(rid, None)
+        result = message.get("result")
+        if isinstance(result, dict):
+            return result
+        error = message.get("error")
+        return tool_error(error if isinstance(error, str) else "the hub's answer was malformed")
+
+    async def close(self) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        self._drop(conn, "the forwarder closed")
+        if conn.task is not None:
+            conn.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await conn.task
+
+
+async def connect_to_hub(
+    session: str, store: str | os.PathLike[str], env: Mapping[str, str] | None = None
+) -> Forwarder | None:
+    """A connected ``Forwarder`` when a hub of (session, store) answers, else None.
+
+    For one-shot callers (the CLI): forward when a hub holds the session,
+    otherwise open the store and take the lease yourself. Raises
+    ``ConfigError`` when this environment's socket directory is unsafe.
+    """
+    forwarder = Forwarder(lambda: hub_candidates(session, store, env))
+    try:
+        await forwarder.connect()
+    except HubGone:
+        await forwarder.close()
+        return None
+    return forwarder
+
+
+# --------------------------------------------------------------------------- the election
+
+
+class SessionHub:
+    """The part one serve plays for its session: hub, forwarder, or waiting to be one.
+
+    ``start`` takes the lease if it can (then calls ``on_become_hub(keeper)``
+    for the handler of tool calls and publishes the socket) or else connects
+    to the holder's socket. ``call`` answers a tool call whichever the role.
+    When a forwarded call finds the hub gone it gets ``hub_gone_result()``, and
+    this serve elects again: it takes the lease as soon as the takeover rule
+    allows (at once when the old holder is a dead process on this host) and
+    becomes the hub, or forwards to whichever serve took it first. A hub that
+    loses its lease stops (``on_stop_hub``) and elects again. ``close`` stops
+    the hub (``on_stop_hub`` runs before the lease is released, so the serve
+    flushes while it still holds the session).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        session: str,
+        store_path: str | os.PathLike[str] | None,
+        agent: str,
+        on_become_hub: Callable[[LeaseKeeper], Awaitable[Handler]],
+        *,
+        on_stop_hub: Callable[[], Awaitable[None]] | None = None,
+        env: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+        ttl: float = LEASE_TTL,
+        heartbeat: float = HEARTBEAT,
+        poll: float = 0.1,
+        settle_wait: float = 1.5,
+        keeper: LeaseKeeper | None = None,
+    ) -> None:
+        self.session = session
+        self.store_path = store_path
+        self.keeper = keeper or LeaseKeeper(store, session, agent, clock, ttl, heartbeat)
+        self._on_become_hub = on_become_hub
+        self._on_stop_hub = on_stop_hub
+        self._env = os.environ if env is None else env
+        self.poll = poll
+        self.settle_wait = settle_wait
+        self.role: Role = "starting"
+        #: where this serve published (hub) or forwards to (forwarder); None when neither
+        self.socket: Path | None = None
+        #: why this serve cannot publish or forward (a too-long socket path), if so
+        self.publish_problem: str | None = None
+        self._own_path: Path | None = None
+        self._handler: Handler | None = None
+        self._server: HubServer | None = None
+        self._forwarder: Forwarder | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._election: asyncio.Task[None] | None = None
+        self._settled = asyncio.Event()
+        self._waiting_logged = False
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> Role:
+        """Elect: hub if the lease is ours, forwarder if a holder answers, else keep trying."""
+        if self.store_path is not None:
+            own_dir = prepare_socket_dir(socket_dir(self._env))
+            try:
+                self._own_path = socket_path(own_dir, self.session, self.store_path)
+            except SocketPathTooLong as exc:
+                self.publish_problem = exc.message
+                log.warning("hub: %s; serving this client alone", exc.message)
+        if not await self._elect():
+            self._start_election()
+        return self.role
+
+    async def close(self) -> None:
+        self.role = "closed"
+        self._settled.set()
+        for task in (self._election, self._watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._forwarder is not None:
+            await self._forwarder.close()
+            self._forwarder = None
+        await self._stop_hub()
+
+    # -- calls -------------------------------------------------------------------------
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Answer one tool call: locally as the hub, else through the hub."""
+        if self.role not in ("hub", "forwarder"):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settle_wait):
+                    await self._settled.wait()
+        handler, forwarder = self._handler, self._forwarder
+        if self.role == "hub" and handler is not None:
+            return await handler(tool, arguments)
+        if self.role == "forwarder" and forwarder is not None:
+            try:
+                return await forwarder.call(tool, arguments, meta)
+            except HubGone as exc:
+                log.warning("hub: a forwarded %s found no hub: %s", tool, exc)
+                self._hub_gone(forwarder)
+        return hub_gone_result()
+
+    # -- the election ------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self.role == "closed"
+
+    def _candidates(self) -> list[Path]:
+        if self.store_path is None:
+            return []
+        return hub_candidates(self.session, self.store_path, self._env)
+
+    async def _elect(self) -> bool:
+        """One attempt: True when this serve is now the hub or a connected forwarder."""
+        if self.role == "closed":
+            return True
+        lease = await asyncio.to_thread(self.keeper.try_acquire)
+        if lease is not None:
+            await self._become_hub()
+            return True
+        forwarder = Forwarder(self._candidates)
+        try:
+            path = await forwarder.connect()
+        except HubGone as exc:
+            if not self._waiting_logged:
+                self._waiting_logged = True
+                current = await asyncio.to_thread(self.keeper.current)
+                now = self.keeper.clock.now()
+                held = (
+                    "nobody (the lease is free)"
+                    if lease_free(current, now) or current is None
+                    else holder_description(current, now)
+                )
+                log.warning(
+                    "hub: no holder of session %r answers (%s); lease held by %s; "
+                    "waiting for a holder to answer or for the lease to come free",
+                    self.session,
+                    exc,
+                    held,
+                )
+            return False
+        if self.closed:
+            await forwarder.close()
+            return True
+        forwarder._on_drop = lambda: self._hub_gone(forwarder)
+        self._forwarder, self.socket, self.role = forwarder, path, "forwarder"
+        self._waiting_logged = False
+        self._settled.set()
+        log.info("hub: forwarding session %r to %s", self.session, path)
+        return True
+
+    def _start_election(self) -> None:
+        if self.role == "closed" or (self._election is not None and not self._election.done()):
+            return
+        self.role = "electing"
+        self._settled.clear()
+        self._election = asyncio.create_task(self._elect_until_settled())
+
+    async def _elect_until_settled(self) -> None:
+        backoff = self.poll
+        while self.role == "electing":
+            try:
+                if await self._elect():
+                    return
+                # a live holder that does not answer (yet): look less often, at most 1 s apart
+                backoff = min(backoff * 1.5, max(self.poll, 1.0))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("hub: electing a holder for session %r failed", self.session)
+                backoff = min(backoff * 2, 5.0)
+            await asyncio.sleep(backoff)
+
+    def _hub_gone(self, forwarder: Forwarder) -> None:
+        if self._forwarder is not forwarder:
+            return
+        self._forwarder, self.socket = None, None
+        log.warning("hub: the holder of session %r is gone; electing a new one", self.session)
+        task = asyncio.get_running_loop().create_task(forwarder.close())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        self._start_election()
+
+    async def _become_hub(self) -> None:
+        keeper = self.keeper
+        self._heartbeat = asyncio.create_task(keeper.run())
+        try:
+            handler = await self._on_become_hub(keeper)
+        except BaseException:
+            self._heartbeat.cancel()
+            await asyncio.to_thread(keeper.release)
+            raise
+        self._handler = handler
+        self.socket = None
+        if self._own_path is not None:
+            server = HubServer(handler, self._own_path)
+            try:
+                await server.start()
+            except (OSError, LamboError) as exc:
+                log.warning(
+                    "hub: could not publish session %r at %s (%s); serving this client alone",
+                    self.session,
+                    self._own_path,
+                    exc,
+                )
+            else:
+                self._server, self.socket = server, self._own_path
+        self.role = "hub"
+        self._settled.set()
+        self._watch = asyncio.create_task(self._watch_lease())
+        log.info("hub: holding session %r as %s", self.session, keeper.holder)
+
+    async def _watch_lease(self) -> None:
+        await self.keeper.lost.wait()
+        if self.role != "hub":
+            return
+        await self._stop_hub()
+        self._start_election()
+
+    async def _stop_hub(self) -> None:
+        server, self._server = self._server, None
+        was_hub = self._handler is not None
+        self._handler = None
+        if server is not None:
+            await server.close()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+            self._heartbeat = None
+        if was_hub and self._on_stop_hub is not None:
+            try:
+                await self._on_stop_hub()
+            except Exception:
+                log.exception("hub: stopping the hub's service failed")
+        await asyncio.to_thread(self.keeper.release)
+        if self.role == "hub":
+            self.socket = None

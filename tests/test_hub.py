@@ -1,0 +1,855 @@
+"""The session hub: socket directory rules, the lease, forwarding, and takeover.
+
+Real Unix sockets and a real SQLite store throughout; socket directories live
+under short /tmp paths (``runtime``), never under the long pytest tmp_path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lambo_core import hub
+from lambo_core.clock import ManualClock
+from lambo_core.errors import ConfigError, ConflictError, ParameterError
+from lambo_core.hub import (
+    HUB_GONE_TEXT,
+    MAX_LINE,
+    MAX_SOCKET_PATH,
+    SOCKET_DIR_ADVICE,
+    TOO_LARGE,
+    Forwarder,
+    Handler,
+    HubGone,
+    HubServer,
+    LeaseKeeper,
+    SessionHub,
+    SocketPathTooLong,
+    holder_dead_here,
+    holder_description,
+    http_refusal,
+    hub_candidates,
+    hub_gone_result,
+    parse_holder,
+    pid_running,
+    prepare_socket_dir,
+    socket_dirs,
+    socket_name,
+    socket_path,
+)
+from lambo_core.model import Lease
+from lambo_core.store import SqliteStore
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = socket.gethostname()
+
+
+def run(main: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
+    async def bounded() -> Any:
+        return await asyncio.wait_for(main(), timeout)
+
+    return asyncio.run(bounded())
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short XDG_RUNTIME_DIR under /tmp (socket paths must stay under 104 bytes)."""
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(root))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "x.db"
+
+
+@pytest.fixture
+def store(db: Path) -> Iterator[SqliteStore]:
+    s = SqliteStore(db)
+    s.ensure_session("s", 0.0)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def answer(**structured: Any) -> dict[str, Any]:
+    return {
+        "content": [{"type": "text", "text": json.dumps(structured)}],
+        "structuredContent": structured,
+        "isError": False,
+    }
+
+
+async def echo(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.sleep(float(arguments.get("sleep", 0)))
+    return answer(tool=tool, arguments=arguments)
+
+
+def named(name: str) -> Handler:
+    async def handler(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return answer(who=name, tool=tool)
+
+    return handler
+
+
+def own_socket(runtime: Path, db: Path, session: str = "s") -> Path:
+    return socket_path(prepare_socket_dir(runtime / "lambo"), session, db)
+
+
+async def eventually(check: Callable[[], bool], within: float = 2.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+# --------------------------------------------------------------------------- socket dir
+
+
+def test_socket_dir_is_created_private_whatever_the_umask(runtime: Path) -> None:
+    for umask in (0o022, 0o777):
+        target = runtime / f"lambo-{umask:o}"
+        old = os.umask(umask)
+        try:
+            made = prepare_socket_dir(target)
+        finally:
+            os.umask(old)
+        st = os.lstat(made)
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700
+        assert st.st_uid == os.getuid()
+        assert prepare_socket_dir(target) == target  # an existing good one is kept
+
+
+def test_a_755_socket_dir_is_refused_for_binding_and_forwarding(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    loose = runtime / "lambo"
+    loose.mkdir()
+    loose.chmod(0o755)
+    with pytest.raises(ConfigError) as refused:
+        prepare_socket_dir(loose)
+    text = refused.value.render()
+    assert SOCKET_DIR_ADVICE in text and "mode 755" in text and str(loose) in text
+
+    path = loose / socket_name("s", db)
+
+    async def bind() -> None:
+        await HubServer(echo, path).start()
+
+    with pytest.raises(ConfigError, match="XDG_RUNTIME_DIR at one you own"):
+        run(bind)
+    assert not path.exists()
+
+    # forwarding: the candidate lookup and a serve's election both refuse
+    with pytest.raises(ConfigError, match="remove the directory"):
+        hub_candidates("s", db)
+
+    async def serve() -> None:
+        await SessionHub(store, "s", db, "two", lambda _k: _never()).start()
+
+    with pytest.raises(ConfigError, match="neither binds nor forwards"):
+        run(serve)
+    assert store.get_lease("s") is None  # refused before taking anything
+
+
+async def _never() -> Handler:
+    raise AssertionError("must not become hub")
+
+
+def test_a_socket_dir_owned_by_another_uid_is_refused(
+    runtime: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = prepare_socket_dir(runtime / "lambo")
+    monkeypatch.setattr(hub, "_current_uid", lambda: os.getuid() + 1)
+    with pytest.raises(ConfigError, match=r"owned by uid \d+, not by you") as refused:
+        prepare_socket_dir(target)
+    assert SOCKET_DIR_ADVICE in refused.value.message
+
+
+def test_a_symlinked_or_non_directory_socket_dir_is_refused(runtime: Path) -> None:
+    real = prepare_socket_dir(runtime / "real")
+    link = runtime / "lambo"
+    link.symlink_to(real)
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        prepare_socket_dir(link)
+    plain = runtime / "file"
+    plain.write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        prepare_socket_dir(plain)
+
+
+def test_socket_paths_over_104_bytes_are_refused(runtime: Path, db: Path) -> None:
+    name_len = len(socket_name("s", db))
+    fits = "/tmp/" + "a" * (MAX_SOCKET_PATH - 1 - name_len - 1 - len("/tmp/"))
+    assert len(str(socket_path(fits, "s", db))) == MAX_SOCKET_PATH - 1
+    for extra in (1, 40):
+        with pytest.raises(SocketPathTooLong, match="104") as refused:
+            socket_path(fits + "b" * extra, "s", db)
+        assert isinstance(refused.value, ConfigError)
+
+    async def bind() -> None:
+        await HubServer(echo, Path(fits + "b" * 40) / "x.sock").start()
+
+    with pytest.raises(SocketPathTooLong):
+        run(bind)
+
+
+def test_socket_name_derives_from_session_and_store_only(
+    tmp_path: Path, db: Path, runtime: Path
+) -> None:
+    name = socket_name("s", db)
+    assert name.startswith("lambo-") and name.endswith(".sock") and len(name) == 27
+    # the same whatever the directory or how the store path is spelled
+    assert socket_path(runtime, "s", db).name == socket_path("/tmp/x", "s", db).name == name
+    assert socket_name("s", "x.db") == name  # relative to the cwd (tmp_path)
+    (tmp_path / "alias.db").symlink_to(db)
+    assert socket_name("s", tmp_path / "alias.db") == name
+    # and different for another session or another store
+    assert socket_name("t", db) != name
+    assert socket_name("s", tmp_path / "y.db") != name
+
+
+def test_socket_dirs_cover_both_spec_dirs(runtime: Path) -> None:
+    uid = os.getuid()
+    dirs = socket_dirs({"XDG_RUNTIME_DIR": str(runtime)})
+    assert dirs[0] == runtime / "lambo"
+    assert Path(f"/tmp/lambo-{uid}") in dirs
+    assert socket_dirs({})[0] == Path(f"/tmp/lambo-{uid}")
+    assert socket_dirs({"TMPDIR": str(runtime)})[0] == Path(f"/tmp/lambo-{uid}")
+
+
+def test_a_holder_published_in_another_dir_is_found(
+    runtime: Path, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
+    loose = Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
+    try:
+        own = prepare_socket_dir(runtime / "lambo")
+        published = socket_path(prepare_socket_dir(other / "lambo"), "s", db)
+        loose.chmod(0o755)
+        planted = socket_path(loose, "s", db)
+        for where in (published, planted):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(str(where))
+            sock.close()
+        monkeypatch.setattr(hub, "socket_dirs", lambda env=None: [own, loose, other / "lambo"])
+        # the unsafe directory is skipped, never forwarded into
+        assert hub_candidates("s", db) == [published]
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+        shutil.rmtree(loose, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- forwarding
+
+
+def test_round_trip_with_concurrent_calls(runtime: Path, db: Path) -> None:
+    path = own_socket(runtime, db)
+
+    async def main() -> None:
+        server = HubServer(echo, path)
+        await server.start()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        fwd = Forwarder(path)
+        try:
+            # later calls finish first: answers are matched by id, not by order
+            calls = [fwd.call("t", {"n": n, "sleep": (20 - n) * 0.005}) for n in range(20)]
+            results = await asyncio.gather(*calls)
+            assert [r["structuredContent"]["arguments"]["n"] for r in results] == list(range(20))
+            assert all(r["isError"] is False for r in results)
+            uni = await fwd.call("t", {"text": "żółw 🐢\u200d"}, {"progressToken": 1})
+            assert uni["structuredContent"]["arguments"]["text"] == "żółw 🐢\u200d"
+            assert fwd.connected
+        finally:
+            await fwd.close()
+            await server.close()
+        assert not path.exists()
+
+    run(main)
+
+
+def test_handler_refusals_and_faults_come_back_as_error_results(runtime: Path, db: Path) -> None:
+    path = own_socket(runtime, db)
+
+    async def failing(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if tool == "refuse":
+            raise ParameterError("top_k must be in 1..=100")
+        raise RuntimeError("secret /var/lib/driver detail")
+
+    async def main() -> None:
+        server = HubServer(failing, path)
+        await server.start()
+        fwd = Forwarder(path)
+        try:
+            refused = await fwd.call("refuse", {})
+            assert refused == {
+                "content": [{"type": "text", "text": "top_k must be in 1..=100"}],
+                "isError": True,
+            }
+            fault = await fwd.call("boom", {})
+            assert fault["isError"] is True
+            assert "internal error" in fault["content"][0]["text"]
+            assert "secret" not in json.dumps(fault)
+        finally:
+            await fwd.close()
+            await server.close()
+
+    run(main)
+
+
+def test_an_oversized_line_is_answered_and_the_connection_keeps_serving(
+    runtime: Path, db: Path
+) -> None:
+    path = own_socket(runtime, db)
+    padding = b"a" * (MAX_LINE + 10)
+
+    async def main() -> None:
+        server = HubServer(echo, path)
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(b'{"id": 7, "tool": "t", "arguments": {"x": "' + padding + b'"}}\n')
+            writer.write(b'{"id": 8, "tool": "t", "arguments": {}}\n')
+            # the id read from the end of the line when it is not at the start
+            writer.write(b'{"tool": "t", "arguments": {"x": "' + padding + b'"}, "id": 9}\n')
+            # no readable id at either end: null
+            writer.write(b'{"tool": "t", "arguments": {"x": "' + padding + b'"}}\n')
+            writer.write(b"not json\n")
+            writer.write(b'{"id": 10, "tool": 5}\n')
+            writer.write(b'{"id": 11, "tool": "t", "arguments": {"ok": true}}\n')
+            await writer.drain()
+            got = [json.loads(await reader.readline()) for _ in range(7)]
+            assert got[0] == {"id": 7, "error": TOO_LARGE}
+            assert got[1]["id"] == 8 and got[1]["result"]["isError"] is False
+            assert got[2] == {"id": 9, "error": TOO_LARGE}
+            assert got[3] == {"id": None, "error": TOO_LARGE}
+            assert got[4] == {"id": None, "error": "malformed request"}
+            assert got[5] == {"id": 10, "error": "malformed request"}
+            assert got[6]["result"]["structuredContent"]["arguments"] == {"ok": True}
+            # a line cut off by the end of input is not answered
+            writer.write(b'{"id": 12, "tool": "t", "arguments": {"x": "' + padding)
+            writer.write_eof()
+            assert await reader.read() == b""
+            writer.close()
+        finally:
+            await server.close()
+
+    run(main)
+
+
+def test_the_forwarder_refuses_an_oversized_request_itself(runtime: Path, db: Path) -> None:
+    path = own_socket(runtime, db)
+
+    async def main() -> None:
+        server = HubServer(echo, path)
+        await server.start()
+        fwd = Forwarder(path)
+        try:
+            big = await fwd.call("t", {"x": "a" * MAX_LINE})
+            assert big == {"content": [{"type": "text", "text": TOO_LARGE}], "isError": True}
+            ok = await fwd.call("t", {"n": 1})
+            assert ok["structuredContent"]["arguments"] == {"n": 1}
+        finally:
+            await fwd.close()
+            await server.close()
+
+    run(main)
+
+
+def test_a_stale_socket_is_cleared_by_the_lease_holder(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    path = own_socket(runtime, db)
+    left = socket.socket(socket.AF_UNIX)
+    left.bind(str(path))
+    left.close()  # a crashed holder's socket file: nobody listens
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+
+    async def main() -> None:
+        with pytest.raises(HubGone):
+            await Forwarder(path).call("t", {})
+        keeper = LeaseKeeper(store, "s", "serve")
+        assert keeper.try_acquire() is not None
+        server = HubServer(echo, path)
+        await server.start()
+        fwd = Forwarder(path)
+        try:
+            assert (await fwd.call("t", {"n": 1}))["isError"] is False
+        finally:
+            await fwd.close()
+            # a successor's socket at the same name is not the old hub's to remove
+            os.unlink(path)
+            successor = socket.socket(socket.AF_UNIX)
+            successor.bind(str(path))
+            await server.close()
+            assert stat.S_ISSOCK(os.lstat(path).st_mode)
+            successor.close()
+            keeper.release()
+
+    run(main)
+
+
+def test_a_file_that_is_not_a_socket_is_never_removed(runtime: Path, db: Path) -> None:
+    path = own_socket(runtime, db)
+    path.write_text("mine")
+
+    async def main() -> None:
+        await HubServer(echo, path).start()
+
+    with pytest.raises(ConfigError, match="not a socket"):
+        run(main)
+    assert path.read_text() == "mine"
+
+
+def test_hub_gone_mid_call_and_after_close_then_reconnect(runtime: Path, db: Path) -> None:
+    path = own_socket(runtime, db)
+    drops: list[int] = []
+
+    async def main() -> None:
+        server = HubServer(echo, path)
+        await server.start()
+        fwd = Forwarder(path, on_drop=lambda: drops.append(1))
+        try:
+            await fwd.call("t", {})
+            slow = asyncio.create_task(fwd.call("t", {"sleep": 30}))
+            await asyncio.sleep(0.1)
+            await server.close()
+            with pytest.raises(HubGone):
+                await slow
+            assert drops == [1]
+            with pytest.raises(HubGone, match="no hub answered"):
+                await fwd.call("t", {})  # the socket file is gone
+            # a hub published again at the same address is reached on the next call
+            server = HubServer(echo, path)
+            await server.start()
+            assert (await fwd.call("t", {"n": 2}))["structuredContent"]["arguments"] == {"n": 2}
+        finally:
+            await fwd.close()
+            await server.close()
+
+    run(main)
+
+
+def test_hub_gone_text_says_nothing_happened_and_memory_returns() -> None:
+    result = hub_gone_result()
+    assert result["isError"] is True and result["content"][0]["text"] == HUB_GONE_TEXT
+    assert "nothing was read and nothing was written" in HUB_GONE_TEXT
+    assert "returns once a lambo serve holds the session again" in HUB_GONE_TEXT
+
+
+# --------------------------------------------------------------------------- the lease
+
+
+def plant(store: SqliteStore, holder: str, pid: int, now: float, ttl: float = 45.0) -> Lease:
+    agent = holder.split("@")[0]
+    lease = Lease("s", holder, pid, agent, now, now, now + ttl, 0)
+    got = store.acquire_lease(lease, now)
+    assert got is not None
+    return got
+
+
+def test_lease_contention_between_two_keepers(store: SqliteStore) -> None:
+    clock = ManualClock()
+    a = LeaseKeeper(store, "s", "agent-a", clock)
+    b = LeaseKeeper(store, "s", "agent-b", clock)
+    got = a.try_acquire()
+    assert got is not None and got.token == 1
+    assert got.holder == f"agent-a@{HOST}#{os.getpid()}" == a.holder
+    assert got.expires_at == clock.now() + 45.0 and a.token == 1
+    assert b.try_acquire() is None  # a live holder (this very process) is waited out
+    clock.advance(30)
+    assert b.try_acquire() is None
+    a.release()
+    current = store.get_lease("s")
+    assert current is not None and current.expires_at == 0
+    got_b = b.try_acquire()
+    assert got_b is not None and got_b.token == 2 and got_b.holder == b.holder
+    assert a.try_acquire() is None
+
+
+def test_the_heartbeat_renews_the_lease(store: SqliteStore) -> None:
+    clock = ManualClock()
+    keeper = LeaseKeeper(store, "s", "serve", clock, heartbeat=0.01)
+    assert keeper.try_acquire() is not None
+    clock.advance(30)
+
+    def renewed() -> bool:
+        lease = store.get_lease("s")
+        return lease is not None and lease.heartbeat_at == clock.now()
+
+    async def main() -> None:
+        task = asyncio.create_task(keeper.run())
+        await eventually(renewed)
+        lease = store.get_lease("s")
+        assert lease is not None and lease.expires_at == clock.now() + 45.0 and lease.token == 1
+        keeper.release()
+        await asyncio.wait_for(task, 1.0)
+        assert not keeper.lost.is_set()
+
+    run(main)
+    # an expired lease nobody took is still ours to renew
+    assert keeper.try_acquire() is not None
+    clock.advance(100)
+    assert keeper.renew() is True
+
+
+def test_lost_fires_when_another_keeper_takes_over_after_expiry(store: SqliteStore) -> None:
+    clock = ManualClock()
+    a = LeaseKeeper(store, "s", "agent-a", clock, heartbeat=0.01)
+    b = LeaseKeeper(store, "s", "agent-b", clock)
+    assert a.try_acquire() is not None
+    clock.advance(46)  # a missed its heartbeats: the lease expired
+    stolen = b.try_acquire()
+    assert stolen is not None and stolen.token == 2
+
+    async def main() -> None:
+        task = asyncio.create_task(a.run())
+        await asyncio.wait_for(a.lost.wait(), 2.0)
+        await asyncio.wait_for(task, 1.0)
+
+    run(main)
+    assert a.lease is None and a.token is None
+    a.release()  # a no-op: it must not free b's lease
+    current = store.get_lease("s")
+    assert current is not None and current.holder == b.holder and current.expires_at > clock.now()
+
+
+def test_renew_refused_sets_lost_synchronously(store: SqliteStore) -> None:
+    clock = ManualClock()
+    a = LeaseKeeper(store, "s", "agent-a", clock)
+    assert a.try_acquire() is not None
+    clock.advance(46)
+    assert LeaseKeeper(store, "s", "agent-b", clock).try_acquire() is not None
+    assert a.renew() is False and a.lost.is_set()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_takeover_rule_dead_local_holder_is_taken_at_once(store: SqliteStore) -> None:
+    clock = ManualClock()
+    pid = _dead_pid()
+    assert not pid_running(pid)
+    old = plant(store, f"old@{HOST}#{pid}", pid, clock.now())
+    assert holder_dead_here(old)
+    keeper = LeaseKeeper(store, "s", "new", clock)
+    assert keeper.try_acquire(take_dead=False) is None
+    got = keeper.try_acquire()
+    assert got is not None and got.holder == keeper.holder and got.token == old.token + 1
+
+
+@pytest.mark.parametrize(
+    "case", ["other-host", "live-pid", "malformed", "pid-mismatch", "own-pid", "expired-only"]
+)
+def test_takeover_rule_waits_out_everything_else(store: SqliteStore, case: str) -> None:
+    clock = ManualClock()
+    dead = _dead_pid()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder, pid = {
+            "other-host": (f"old@elsewhere.example#{dead}", dead),
+            "live-pid": (f"old@{HOST}#{live.pid}", live.pid),
+            "malformed": ("old-without-host", dead),
+            "pid-mismatch": (f"old@{HOST}#{dead}", live.pid),
+            "own-pid": (f"old@{HOST}#{os.getpid()}", os.getpid()),
+            "expired-only": (f"old@elsewhere.example#{dead}", dead),
+        }[case]
+        old = plant(store, holder, pid, clock.now())
+        assert not holder_dead_here(old)
+        keeper = LeaseKeeper(store, "s", "new", clock)
+        assert keeper.try_acquire() is None
+        clock.advance(45)  # expired: now anyone may take it
+        got = keeper.try_acquire()
+        assert got is not None and got.token == old.token + 1
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_zombie_holder_counts_as_dead() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 5
+        while True:  # wait for it to exit without reaping it (poll() would reap)
+            state = Path(f"/proc/{proc.pid}/stat").read_bytes().rsplit(b")", 1)[1][1:2]
+            if state == b"Z":
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(proc.pid, 0)  # the pid still exists...
+        assert not pid_running(proc.pid)  # ...but no process runs under it
+    finally:
+        proc.wait()
+
+
+def test_holder_parsing_and_description() -> None:
+    assert parse_holder("lambo-serve@box.local#123") == ("lambo-serve", "box.local", 123)
+    assert parse_holder("a@b@host#7") == ("a@b", "host", 7)
+    assert parse_holder("no-pid@host") is None and parse_holder("nohost#5") is None
+    lease = Lease("s", "lambo-serve@box#123", 123, "lambo-serve", 100.0, 110.0, 155.0, 3)
+    text = holder_description(lease, now=115.0)
+    assert "lambo-serve@box#123" in text and "pid 123" in text
+    assert "5 s ago" in text and "expires in 40 s" in text
+    refusal = http_refusal("proj", lease, now=115.0)
+    assert isinstance(refusal, ConflictError)
+    assert "'proj'" in refusal.render() and "lambo-serve@box#123" in refusal.render()
+
+
+# --------------------------------------------------------------------------- the election
+
+
+def test_forwarder_takes_over_after_the_hub_closes(runtime: Path, db: Path) -> None:
+    s1, s2 = SqliteStore(db), SqliteStore(db)
+    stopped: list[float] = []
+
+    def becomes(name: str) -> Callable[[LeaseKeeper], Awaitable[Handler]]:
+        async def on_become_hub(keeper: LeaseKeeper) -> Handler:
+            assert keeper.token is not None
+            return named(name)
+
+        return on_become_hub
+
+    async def on_stop_hub() -> None:
+        # the serve flushes while it still holds the lease
+        lease = s1.get_lease("s")
+        assert lease is not None and lease.expires_at > time.time()
+        stopped.append(lease.expires_at)
+
+    async def main() -> None:
+        one = SessionHub(s1, "s", db, "one", becomes("one"), on_stop_hub=on_stop_hub)
+        two = SessionHub(s2, "s", db, "two", becomes("two"))
+        try:
+            assert await one.start() == "hub"
+            assert one.socket == socket_path(runtime / "lambo", "s", db)
+            assert await two.start() == "forwarder" and two.socket == one.socket
+            got = await two.call("lambo_recall", {"query": "q"})
+            assert got["structuredContent"] == {"who": "one", "tool": "lambo_recall"}
+            assert (await one.call("t", {}))["structuredContent"]["who"] == "one"
+            await one.close()
+            assert stopped
+            # the forwarder noticed the drop and takes the freed lease at once
+            await eventually(lambda: two.role == "hub", within=2.0)
+            assert (await two.call("t", {}))["structuredContent"]["who"] == "two"
+            lease = s2.get_lease("s")
+            assert lease is not None and lease.holder == two.keeper.holder and lease.token == 2
+        finally:
+            await one.close()
+            await two.close()
+        lease = s2.get_lease("s")
+        assert lease is not None and lease.expires_at == 0
+        assert not (runtime / "lambo" / socket_name("s", db)).exists()
+
+    try:
+        run(main)
+    finally:
+        s1.close()
+        s2.close()
+
+
+HOLDER = r"""
+import asyncio, sys
+from pathlib import Path
+from lambo_core.hub import HubServer, LeaseKeeper
+from lambo_core.store import SqliteStore
+
+db, session, sock = sys.argv[1:4]
+keeper = LeaseKeeper(SqliteStore(Path(db)), session, "old-hub")
+assert keeper.try_acquire() is not None
+
+async def handler(tool, arguments):
+    if tool == "slow":
+        await asyncio.sleep(60)
+    return {"content": [], "structuredContent": {"who": "old"}, "isError": False}
+
+async def main():
+    server = HubServer(handler, Path(sock))
+    await server.start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_hub_is_taken_over_within_two_seconds(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    sock = own_socket(runtime, db)
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_RUNTIME_DIR=str(runtime))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db), "s", str(sock)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    became: list[int | None] = []
+
+    async def on_become_hub(keeper: LeaseKeeper) -> Handler:
+        became.append(keeper.token)
+        return named("new")
+
+    async def main() -> None:
+        assert proc.stdout is not None
+        assert (await asyncio.to_thread(proc.stdout.readline)).strip() == "ready"
+        old = store.get_lease("s")
+        assert old is not None and old.pid == proc.pid and old.holder.startswith("old-hub@")
+        serve = SessionHub(store, "s", db, "forwarder", on_become_hub)
+        try:
+            assert await serve.start() == "forwarder"
+            assert (await serve.call("t", {}))["structuredContent"] == {"who": "old"}
+            slow = asyncio.create_task(serve.call("slow", {}))
+            await asyncio.sleep(0.2)
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            # the call in flight gets the clear error
+            assert await asyncio.wait_for(slow, 2.0) == hub_gone_result()
+            # and memory returns: the dead local holder's lease is taken at once
+            await eventually(lambda: serve.role == "hub", within=2.0)
+            assert time.monotonic() - killed < 2.0
+            lease = store.get_lease("s")
+            assert lease is not None and lease.holder == serve.keeper.holder
+            assert lease.token == old.token + 1 and became == [lease.token]
+            assert serve.socket == sock and stat.S_ISSOCK(os.lstat(sock).st_mode)
+            assert (await serve.call("t", {}))["structuredContent"]["who"] == "new"
+            # another serve reaches the new hub at the same address
+            fwd = Forwarder(sock)
+            assert (await fwd.call("t", {}))["structuredContent"]["who"] == "new"
+            await fwd.close()
+        finally:
+            await serve.close()
+
+    try:
+        run(main)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert not sock.exists()
+
+
+def test_a_hub_that_loses_its_lease_stops_and_forwards_to_the_new_holder(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    clock = ManualClock()
+    stops: list[int] = []
+
+    async def on_become_hub(keeper: LeaseKeeper) -> Handler:
+        return named("first")
+
+    async def on_stop_hub() -> None:
+        stops.append(1)
+
+    async def main() -> None:
+        first = SessionHub(
+            store,
+            "s",
+            db,
+            "first",
+            on_become_hub,
+            on_stop_hub=on_stop_hub,
+            clock=clock,
+            heartbeat=0.02,
+            settle_wait=0.1,
+        )
+        thief_server: HubServer | None = None
+        try:
+            assert await first.start() == "hub"
+            clock.advance(46)  # its heartbeats stalled past the TTL ...
+            thief = LeaseKeeper(store, "s", "thief", clock)
+            assert thief.try_acquire() is not None  # ... and another serve took over
+            await eventually(lambda: first.role == "electing")
+            assert stops == [1] and first.keeper.lost.is_set()
+            # no hub answers yet: the call gets the clear error, nothing is written here
+            assert await first.call("t", {}) == hub_gone_result()
+            thief_server = HubServer(named("thief"), own_socket(runtime, db))
+            await thief_server.start()
+            await eventually(lambda: first.role == "forwarder")
+            assert (await first.call("t", {}))["structuredContent"]["who"] == "thief"
+        finally:
+            await first.close()
+            if thief_server is not None:
+                await thief_server.close()
+        current = store.get_lease("s")
+        assert current is not None and current.agent == "thief" and current.expires_at > 0
+
+    run(main)
+
+
+def test_a_serve_whose_socket_path_is_too_long_serves_its_own_client(
+    db: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
+    try:
+        deep = root / ("d" * 100)
+        deep.mkdir()
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+
+        async def on_become_hub(keeper: LeaseKeeper) -> Handler:
+            return named("alone")
+
+        async def main() -> None:
+            serve = SessionHub(store, "s", db, "serve", on_become_hub)
+            try:
+                assert await serve.start() == "hub"
+                assert serve.socket is None
+                assert serve.publish_problem is not None and "104" in serve.publish_problem
+                assert (await serve.call("t", {}))["structuredContent"]["who"] == "alone"
+            finally:
+                await serve.close()
+
+        run(main)
+        assert list((deep / "lambo").iterdir()) == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_serve_started_before_the_holder_published_forwards_once_it_does(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    holder = LeaseKeeper(store, "s", "loading-hub")
+    assert holder.try_acquire() is not None  # holds the lease, still loading: no socket yet
+
+    async def main() -> None:
+        assert await hub.connect_to_hub("s", db) is None
+        serve = SessionHub(store, "s", db, "later", lambda _k: _never(), settle_wait=0.05)
+        server = HubServer(named("loaded"), own_socket(runtime, db))
+        try:
+            assert await serve.start() == "electing"
+            assert await serve.call("t", {}) == hub_gone_result()
+            await server.start()
+            await eventually(lambda: serve.role == "forwarder")
+            assert (await serve.call("t", {}))["structuredContent"]["who"] == "loaded"
+            cli = await hub.connect_to_hub("s", db)
+            assert cli is not None and cli.path == serve.socket
+            assert (await cli.call("t", {}))["structuredContent"]["who"] == "loaded"
+            await cli.close()
+        finally:
+            await serve.close()
+            await server.close()
+            holder.release()
+
+    run(main)
