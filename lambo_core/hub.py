@@ -22,12 +22,13 @@ XDG_RUNTIME_DIR still meet.
 Wire protocol (newline-delimited JSON, one object per line, UTF-8):
 request ``{"id": n, "tool": str, "arguments": {...}, "meta": {...}}``, answer
 ``{"id": n, "result": {content, structuredContent, isError}}`` or
-``{"id": n, "error": "..."}``. Requests on one connection may overlap; answers
-come back in completion order and are matched by id. A request line over
-``MAX_LINE`` is discarded unread up to its newline, logged with its size only,
-and answered with ``request too large (over 4 MiB)`` (its id when it can be read
-from the start or the end of the line, else null); the connection goes on
-serving. A line cut off by the end of input is not answered.
+``{"id": n, "error": "..."}``. ``meta`` is carried for later use (a progress
+token, say); the hub's handler sees only tool and arguments. Requests on one
+connection may overlap; answers come back in completion order, matched by id.
+A request line over ``MAX_LINE`` is discarded unread up to its newline, logged
+with its size only, and answered with ``request too large (over 4 MiB)`` (its
+id when it can be read from the start or the end of the line, else null); the
+connection goes on serving. A line cut off by the end of input is not answered.
 
 Takeover rule (``holder_dead_here``): a lease held by another holder is taken
 before it expires only when the holder (``agent@host#pid``) names this host,
@@ -666,7 +667,7 @@ class HubServer:
             tool, arguments = message.get("tool"), message.get("arguments")
             if not _valid_id(rid) or not isinstance(tool, str) or not isinstance(arguments, dict):
                 raise ValueError("missing id, tool or arguments")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             log.warning("hub: a malformed forwarded request (%d bytes): %s", len(line), exc)
             await send({"id": rid if _valid_id(rid) else None, "error": "malformed request"})
             return
@@ -767,7 +768,7 @@ class Forwarder:
                 else:
                     try:
                         message = json.loads(item)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         log.error("hub: an answer that is not JSON (%d bytes)", len(item))
                         continue
                     if not isinstance(message, dict):
@@ -943,6 +944,8 @@ class SessionHub:
             await self._forwarder.close()
             self._forwarder = None
         await self._stop_hub()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
 
     # -- calls -------------------------------------------------------------------------
 

@@ -335,16 +335,18 @@ def test_an_oversized_line_is_answered_and_the_connection_keeps_serving(
             writer.write(b'{"tool": "t", "arguments": {"x": "' + padding + b'"}}\n')
             writer.write(b"not json\n")
             writer.write(b'{"id": 10, "tool": 5}\n')
+            writer.write(b'{"id": 13, "tool": "t", "arguments": ' + b"[" * 100_000 + b"\n")
             writer.write(b'{"id": 11, "tool": "t", "arguments": {"ok": true}}\n')
             await writer.drain()
-            got = [json.loads(await reader.readline()) for _ in range(7)]
+            got = [json.loads(await reader.readline()) for _ in range(8)]
             assert got[0] == {"id": 7, "error": TOO_LARGE}
             assert got[1]["id"] == 8 and got[1]["result"]["isError"] is False
             assert got[2] == {"id": 9, "error": TOO_LARGE}
             assert got[3] == {"id": None, "error": TOO_LARGE}
             assert got[4] == {"id": None, "error": "malformed request"}
             assert got[5] == {"id": 10, "error": "malformed request"}
-            assert got[6]["result"]["structuredContent"]["arguments"] == {"ok": True}
+            assert got[6] == {"id": None, "error": "malformed request"}  # nested too deep
+            assert got[7]["result"]["structuredContent"]["arguments"] == {"ok": True}
             # a line cut off by the end of input is not answered
             writer.write(b'{"id": 12, "tool": "t", "arguments": {"x": "' + padding)
             writer.write_eof()
