@@ -58,11 +58,12 @@ from typing import TYPE_CHECKING, Any
 
 from .args import check_arguments, check_int, require
 from .context import HitBlock, pillar_line, render_context
+from .contradiction import DEFAULT_EDGE_MIN_AGE_S, ContradictionInfo, is_contradicted
 from .embed.onnx import EmbedderLoading
 from .errors import ConfigError, LamboError, ParameterError, StoreError
 from .index.keywords import tokenize
 from .model import Concept, ConceptType, EdgeType, Status, short_id
-from .text import MAX_STRING_BYTES, check_agent_id, check_string, show_safely
+from .text import MAX_STRING_BYTES, check_agent_id, check_string, format_rfc3339, show_safely
 
 if TYPE_CHECKING:
     from .config import Config
@@ -124,6 +125,9 @@ class RecallDefaults:
     max_tokens: int = 500
     traversal_depth: int = 2
     pillar_threshold: int = 5
+    # canonization_edge_min_age: supporting evidence counts against a contradiction once
+    # this old ([canonization] edge_min_age_s)
+    edge_min_age_s: float = DEFAULT_EDGE_MIN_AGE_S
 
     @classmethod
     def from_config(cls, config: Config) -> RecallDefaults:
@@ -132,6 +136,7 @@ class RecallDefaults:
             max_tokens=int(config.get("recall.max_tokens")),
             traversal_depth=int(config.get("recall.traversal_depth")),
             pillar_threshold=int(config.get("recall.pillar_threshold")),
+            edge_min_age_s=float(config.get("canonization.edge_min_age_s")),
         )
 
 
@@ -986,28 +991,156 @@ def recall(
                     extra.append(cand)
             if extra:
                 ranked = order_candidates([*live, *extra])
-        top = ranked[: request.top_k]
-        blocks, hits, lines = _describe(graph, top, defaults.pillar_threshold)
+        picks = select_with_contradictions(
+            graph, ranked, request.top_k, now, defaults.edge_min_age_s, scorer
+        )
+        blocks, hits, lines = _describe(graph, picks, defaults, now)
 
     warnings = [vector_warning] if vector_warning else []
     return _finish(session, request, blocks, hits, warnings + lines, header=None)
 
 
+# =====================================================================================
+# contradictions: the warning, the concept beside it, and "rests on"
+# =====================================================================================
+
+QUOTE_CHARS = 80
+RESTS_ON_LINES = 3
+
+
+@dataclass
+class Pick:
+    """One hit of the result: why it is there and what it carries."""
+
+    cand: Candidate
+    contradiction: ContradictionInfo | None = None  # the hit's own Contradicted line
+    companion_of: list[str] = field(default_factory=list)  # hits it was pulled in for
+    contradicts: list[str] = field(default_factory=list)  # shown hits it contradicts
+    pulled_in: bool = False  # only here as the concept beside a contradicted hit
+
+
+def select_with_contradictions(
+    graph: SessionGraph,
+    ranked: Sequence[Candidate],
+    top_k: int,
+    now: float,
+    edge_min_age: float,
+    scorer: _Scorer,
+) -> list[Pick]:
+    """The first ``top_k``, plus what the contradiction rules keep or pull in (lock held).
+
+    A contradicted Canonical or Venerable candidate is kept past top_k; any
+    contradicted hit in the result has its contradicting concept beside it
+    (added right after it, past top_k, unless that concept ranked in on its
+    own). A concept pulled in this way is not itself checked (one level).
+    """
+    picks = [Pick(c) for c in ranked[:top_k]]
+    for cand in ranked[top_k:]:
+        concept = graph.concept(cand.node_id)
+        if concept is not None and concept.status in (Status.CANONICAL, Status.VENERABLE):
+            info = is_contradicted(graph, cand.node_id, now, edge_min_age)
+            if info is not None:
+                picks.append(Pick(cand, contradiction=info))
+    for pick in picks:
+        if pick.contradiction is None:
+            pick.contradiction = is_contradicted(graph, pick.cand.node_id, now, edge_min_age)
+    by_id = {p.cand.node_id: p for p in picks}
+    ordered: list[Pick] = []
+    for pick in picks:
+        ordered.append(pick)
+        info = pick.contradiction
+        if info is None:
+            continue
+        beside = by_id.get(info.by)
+        if beside is None:
+            ranked_too = next((c for c in ranked if c.node_id == info.by), None)
+            if ranked_too is None:
+                ranked_too = Candidate(info.by)
+                if not scorer.score(ranked_too):
+                    continue
+            beside = by_id[info.by] = Pick(ranked_too, pulled_in=True)
+            ordered.append(beside)
+        if beside.pulled_in:
+            beside.companion_of.append(pick.cand.node_id)
+        beside.contradicts.append(pick.cand.node_id)
+    return ordered
+
+
+def contradicted_line(graph: SessionGraph, info: ContradictionInfo) -> str:
+    by = graph.concept(info.by)
+    quoted = f'"{show_safely(by.content, QUOTE_CHARS)}" ' if by is not None else ""
+    return (
+        f"⚠ Contradicted at {format_rfc3339(info.at)} by {info.agent_id}: "
+        f"{quoted}(id {short_id(info.by)})"
+    )
+
+
+def contradicts_line(graph: SessionGraph, node_id: str) -> str:
+    hit = graph.concept(node_id)
+    quoted = f'"{show_safely(hit.content, QUOTE_CHARS)}" ' if hit is not None else ""
+    return f"⚠ Contradicts {quoted}(id {short_id(node_id)})"
+
+
+def rests_on_lines(graph: SessionGraph, node_id: str, now: float, edge_min_age: float) -> list[str]:
+    """One line per contradicted concept the hit cites directly, at most 3, then a summary."""
+    found: list[tuple[str, ContradictionInfo]] = []
+    for edge in graph.edges_out(node_id, (EdgeType.DEPENDENCY,)):
+        cited = edge.dst
+        if cited == node_id or cited not in graph:
+            continue
+        if graph.edge(node_id, cited, EdgeType.CONTRADICTS) is not None:
+            continue  # no line for a concept it contradicts itself
+        info = is_contradicted(graph, cited, now, edge_min_age)
+        if info is not None:
+            found.append((cited, info))
+    found.sort(key=lambda pair: pair[0])
+    lines = []
+    for cited, info in found[:RESTS_ON_LINES]:
+        target = graph.concept(cited)
+        by = graph.concept(info.by)
+        cited_text = show_safely(target.content, QUOTE_CHARS) if target is not None else ""
+        by_text = f'"{show_safely(by.content, QUOTE_CHARS)}" ' if by is not None else ""
+        lines.append(
+            f'⚠ Rests on a contradicted concept: "{cited_text}" (id {short_id(cited)}), '
+            f"contradicted by {by_text}(id {short_id(info.by)})"
+        )
+    more = len(found) - RESTS_ON_LINES
+    if more > 0:
+        noun = "concept" if more == 1 else "concepts"
+        lines.append(f"⚠ Rests on {more} more contradicted {noun}")
+    return lines
+
+
 def _describe(
-    graph: SessionGraph, top: Sequence[Candidate], pillar_threshold: int
+    graph: SessionGraph,
+    picks: Sequence[Pick],
+    defaults: RecallDefaults,
+    now: float,
+    *,
+    traversal: bool = False,
 ) -> tuple[list[HitBlock], list[dict[str, Any]], list[str]]:
-    """Blocks, structured hits and warning lines for ranked candidates (lock held)."""
+    """Blocks, structured hits and warning lines for the picked hits (lock held).
+
+    A dependency answer (``traversal``) carries no contradiction lines.
+    """
     blocks: list[HitBlock] = []
     hits: list[dict[str, Any]] = []
     lines: list[str] = []
-    for cand in top:
+    for pick in picks:
+        cand = pick.cand
         concept = graph.concept(cand.node_id)
         if concept is None:  # pragma: no cover - scored under the same lock
             continue
         radius = graph.blast_radius(cand.node_id)
         own: list[str] = []
-        if radius >= pillar_threshold:
-            own.append(pillar_line(radius))
+        if not pick.pulled_in:
+            if radius >= defaults.pillar_threshold:
+                own.append(pillar_line(radius))
+            if pick.contradiction is not None and not traversal:
+                own.append(contradicted_line(graph, pick.contradiction))
+            if not traversal:
+                own.extend(rests_on_lines(graph, cand.node_id, now, defaults.edge_min_age_s))
+        own.extend(contradicts_line(graph, target) for target in pick.contradicts)
         blocks.append(
             HitBlock(
                 node_id=concept.id,
@@ -1019,16 +1152,17 @@ def _describe(
                 lines=tuple(own),
             )
         )
-        hits.append(
-            {
-                "node_id": concept.id,
-                "content": concept.content,
-                "concept_type": concept.concept_type.label,
-                "score": cand.score,
-                "is_canonical": concept.status is Status.CANONICAL,
-                "blast_radius": radius if radius > 0 else None,
-            }
-        )
+        hit: dict[str, Any] = {
+            "node_id": concept.id,
+            "content": concept.content,
+            "concept_type": concept.concept_type.label,
+            "score": cand.score,
+            "is_canonical": concept.status is Status.CANONICAL,
+            "blast_radius": radius if radius > 0 else None,
+        }
+        if pick.companion_of:
+            hit["companion_of"] = list(pick.companion_of)
+        hits.append(hit)
         lines.extend(own)
     return blocks, hits, lines
 
@@ -1050,8 +1184,8 @@ def _dependency_answer(
         if scorer.score(cand):
             cands.append(cand)
     ranked = sorted(cands, key=_rank_key)
-    top = ranked[: request.top_k]
-    blocks, hits, lines = _describe(graph, top, defaults.pillar_threshold)
+    top = [Pick(c) for c in ranked[: request.top_k]]
+    blocks, hits, lines = _describe(graph, top, defaults, now, traversal=True)
     target = graph.concept(anchor.node_id)
     content = target.content if target is not None else anchor.node_id
     header = dependency_header(content, anchor.node_id, len(ranked), len(top))

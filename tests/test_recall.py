@@ -71,6 +71,7 @@ class Mem:
         *,
         deps: Sequence[tuple[str, str]] = (),
         children: Sequence[tuple[str, str]] = (),
+        against: Sequence[tuple[str, str]] = (),
         at: float = T0,
         agent: str = "agent-a",
         status: Status = Status.NONE,
@@ -95,6 +96,7 @@ class Mem:
         ]
         edges += [edge(a, b, EdgeType.DEPENDENCY) for a, b in deps]
         edges += [edge(a, b, EdgeType.HIERARCHICAL) for a, b in children]
+        edges += [edge(a, b, EdgeType.CONTRADICTS) for a, b in against]
         self.store.apply(WriteBatch("s", inter, made, edges))
         return iid
 
@@ -802,3 +804,184 @@ def test_repeated_query_uses_the_leg_cache_and_sees_new_writes(hybrid: Session) 
     again = ask(hybrid, "postgres version", traversal_depth=0)
     assert contents(first) == contents(again)
     assert short_id(first.hits[0]["node_id"]) in first.context
+
+
+# =====================================================================================
+# contradiction warnings, the concept beside them, and "rests on"
+# =====================================================================================
+
+SCHEMA = "f0000000-0000-4000-8000-000000000000"
+REPLACED = "8c41d0e2-0000-4000-8000-000000000000"
+T_AGAINST = 1_786_357_680.0  # 2026-08-10T10:28:00Z
+
+
+def contradicted_schema(*, status: Status = Status.CANONICAL, dependents: int = 14) -> Mem:
+    """The spec's example: a load-bearing "user schema", then agent-c says it was replaced."""
+    mem = Mem()
+    mem.write([(SCHEMA, "user schema", "entity")], status=status, at=T_AGAINST - 86_400)
+    for i in range(dependents):
+        mem.write(
+            [(nid(100 + i), f"service {i} joins on user ids", "logic")],
+            deps=[(nid(100 + i), SCHEMA)],
+            at=T_AGAINST - 86_000 + i,
+            agent="agent-b",
+        )
+    mem.write(
+        [(REPLACED, "accounts replaced the users table", "observation")],
+        against=[(REPLACED, SCHEMA)],
+        at=T_AGAINST,
+        agent="agent-c",
+    )
+    for i in range(3):  # later calls, so the recent leg holds none of the above
+        mem.write([(nid(200 + i), f"zz later note {i}", "observation")], at=T_AGAINST + 1 + i)
+    return mem
+
+
+def test_golden_contradiction_with_the_concept_beside_it() -> None:
+    session = contradicted_schema().session(at=T_AGAINST + 3600)
+    result = ask(session, "user schema", top_k=1, traversal_depth=0)
+    assert result.context == (
+        "user schema [Entity, canonical] (score 2.45, id f0000000, blast radius 14)\n"
+        "⚑ Load-bearing pillar — 14 nodes depend on this. Modify with caution.\n"
+        '⚠ Contradicted at 2026-08-10T10:28:00Z by agent-c: "accounts replaced the users '
+        'table" (id 8c41d0e2)\n'
+        "\n"
+        "accounts replaced the users table [Observation] (score 0.10, id 8c41d0e2)\n"
+        '⚠ Contradicts "user schema" (id f0000000)'
+    )
+    assert [h["node_id"] for h in result.hits] == [SCHEMA, REPLACED]
+    assert "companion_of" not in result.hits[0]
+    assert result.hits[1]["companion_of"] == [SCHEMA]
+    assert result.warnings == [
+        "⚑ Load-bearing pillar — 14 nodes depend on this. Modify with caution.",
+        '⚠ Contradicted at 2026-08-10T10:28:00Z by agent-c: "accounts replaced the users '
+        'table" (id 8c41d0e2)',
+        '⚠ Contradicts "user schema" (id f0000000)',
+    ]
+
+
+def test_a_contradicted_canonical_hit_is_kept_past_top_k() -> None:
+    session = contradicted_schema().session(at=T_AGAINST + 3600)
+    # "service" names 14 dependents; the schema is only reached through expansion, past top_k
+    result = ask(session, "service joins on user ids", top_k=2, traversal_depth=1)
+    ids = [h["node_id"] for h in result.hits]
+    assert len(ids) == 4 and ids[2:] == [SCHEMA, REPLACED]
+    assert result.hits[3]["companion_of"] == [SCHEMA]
+
+
+def test_an_ordinary_hit_must_earn_its_place_before_its_companion_joins() -> None:
+    session = contradicted_schema(status=Status.NONE, dependents=2).session(at=T_AGAINST + 3600)
+    inside = ask(session, "user schema", top_k=1, traversal_depth=0)
+    assert [h["node_id"] for h in inside.hits] == [SCHEMA, REPLACED]
+    outside = ask(session, "service joins on user ids", top_k=2, traversal_depth=1)
+    assert SCHEMA not in [h["node_id"] for h in outside.hits]
+    assert REPLACED not in [h["node_id"] for h in outside.hits]
+
+
+def test_a_companion_that_ranked_in_carries_the_line_but_not_the_key() -> None:
+    session = contradicted_schema().session(at=T_AGAINST + 3600)
+    result = ask(session, "user schema accounts replaced the users table", top_k=5)
+    by_id = {h["node_id"]: h for h in result.hits}
+    assert "companion_of" not in by_id[REPLACED]
+    assert '⚠ Contradicts "user schema" (id f0000000)' in result.context
+    assert result.context.count("accounts replaced the users table [Observation]") == 1
+
+
+def test_the_warning_lapses_once_newer_evidence_ages_in() -> None:
+    mem = contradicted_schema(dependents=3)
+    mem.write(
+        [(nid(300), "billing reads user schema", "logic")],
+        deps=[(nid(300), SCHEMA)],
+        at=T_AGAINST + 100,
+        agent="agent-b",
+    )
+    young = ask(mem.session(at=T_AGAINST + 100 + 59), "user schema", top_k=1, traversal_depth=0)
+    assert "⚠ Contradicted at" in young.context
+    old = ask(mem.session(at=T_AGAINST + 100 + 60), "user schema", top_k=1, traversal_depth=0)
+    assert "⚠" not in old.context and len(old.hits) == 1
+    # the age floor is the [canonization] knob
+    patient = RecallDefaults(edge_min_age_s=3600)
+    args = {"agent_id": "a", "query": "user schema", "top_k": 1, "traversal_depth": 0}
+    later = recall(mem.session(at=T_AGAINST + 100 + 60), args, defaults=patient)
+    assert "⚠ Contradicted at" in later.context
+
+
+def test_evidence_by_the_contradicting_agent_does_not_silence_it() -> None:
+    mem = contradicted_schema(dependents=3)
+    mem.write(
+        [(nid(300), "billing reads user schema", "logic")],
+        deps=[(nid(300), SCHEMA)],
+        at=T_AGAINST + 100,
+        agent="agent-c",
+    )
+    result = ask(mem.session(at=T_AGAINST + 7200), "user schema", top_k=1, traversal_depth=0)
+    assert "⚠ Contradicted at" in result.context
+
+
+def test_golden_rests_on_a_contradicted_concept() -> None:
+    mem = Mem()
+    memo = "82c3dcb0-0000-4000-8000-000000000000"
+    fix = "e31def21-0000-4000-8000-000000000000"
+    hit = "4bf3835a-0000-4000-8000-000000000000"
+    mem.write([(memo, "GET /api/v1/memo (list all)", "entity")], at=T0)
+    mem.write([(hit, "list-all returns every memo", "logic")], deps=[(hit, memo)], at=T0 + 1)
+    mem.write(
+        [(fix, "list-all removed in v0.22; the replacement pages at 10", "observation")],
+        against=[(fix, memo)],
+        at=T0 + 10,
+        agent="agent-c",
+    )
+    for i in range(3):
+        mem.write([(nid(200 + i), f"zz later note {i}", "observation")], at=T0 + 20 + i)
+    session = mem.session(at=T0 + 30)  # the citation is older than the contradiction
+    result = ask(session, "list-all returns every memo", top_k=1, traversal_depth=0)
+    assert result.context == (
+        "list-all returns every memo [Logic] (score 2.82, id 4bf3835a)\n"
+        '⚠ Rests on a contradicted concept: "GET /api/v1/memo (list all)" (id 82c3dcb0), '
+        'contradicted by "list-all removed in v0.22; the replacement pages at 10" (id e31def21)'
+    )
+    # a warning only: nothing pulled in, and the line is in warnings too
+    assert [h["node_id"] for h in result.hits] == [hit]
+    assert result.warnings == [result.context.split("\n")[1]]
+
+
+def test_rests_on_is_bounded_to_three_lines_and_a_summary() -> None:
+    mem = Mem()
+    cited = [nid(10 + i) for i in range(5)]
+    mem.write([(c, f"rule {i}", "logic") for i, c in enumerate(cited)], at=T0)
+    mem.write(
+        [(nid(1), "the planner follows every rule", "logic")],
+        deps=[(nid(1), c) for c in cited],
+        at=T0 + 1,
+    )
+    mem.write(
+        [(nid(2), "rules changed", "observation")],
+        against=[(nid(2), c) for c in cited[:4]],
+        at=T0 + 10,
+        agent="agent-c",
+    )
+    for i in range(3):
+        mem.write([(nid(200 + i), f"zz later note {i}", "observation")], at=T0 + 20 + i)
+    result = ask(mem.session(at=T0 + 30), "planner", top_k=1, traversal_depth=0)
+    lines = result.context.split("\n")[1:]
+    assert [line.split(":")[0] for line in lines[:3]] == ["⚠ Rests on a contradicted concept"] * 3
+    assert ["(id 0000000a)" in lines[0], "(id 0000000b)" in lines[1]] == [True, True]
+    assert lines[3] == "⚠ Rests on 1 more contradicted concept"
+    assert len(lines) == 4
+
+
+def test_a_dependency_answer_has_no_contradiction_lines() -> None:
+    session = contradicted_schema(dependents=3).session(at=T_AGAINST + 3600)
+    result = ask(session, "what depends on user schema")
+    assert result.context.startswith("Answered by graph traversal: 3 concepts depend on")
+    assert "⚠" not in result.context and result.warnings == []
+    assert REPLACED not in [h["node_id"] for h in result.hits]
+
+
+def test_truncation_keeps_contradiction_lines_in_warnings() -> None:
+    session = contradicted_schema().session(at=T_AGAINST + 3600)
+    result = ask(session, "user schema", top_k=1, traversal_depth=0, max_tokens=40)
+    assert "⚠" not in result.context and result.context.startswith("user schema")
+    assert result.hits[0].get("truncated_in_context") is True
+    assert result.hits[1]["included_in_context"] is False
+    assert len(result.warnings) == 3
