@@ -1,10 +1,13 @@
-"""`lambo serve`: hold a session and answer MCP over stdio.
+"""`lambo serve`: hold a session (or forward to the serve that does) and answer MCP over stdio.
 
-The handshake and ``tools/list`` answer at once: opening the session
-(rebuilding its indices) and loading the embedding model both run in the
-background, and a tool call waits only for the session, never for the model
-(writes wait for the model on their receipts; reads run without the vector
-leg until it is ready).
+The first serve of a session and store takes the session lease and is its hub:
+the only writer, the only process that loads the embedding model. Every later
+serve forwards each tool call to the hub over a private Unix socket; if the
+hub dies, a forwarder takes the lease over and becomes the hub (``hub.py``).
+
+The handshake and ``tools/list`` answer at once: the election, opening the
+session and loading the model all run in the background, and a tool call
+waits only for the election (writes wait for the model on their receipts).
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import anyio.to_thread
 
 from .config import Config
 from .errors import LamboError, internal_fault
+from .hub import LeaseKeeper, SessionHub
 from .mcp.server import build_server
 from .mcp.tools import TOOL_ORDER
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
 from .store import open_store
+from .store.base import Store
 from .writes import WritePipeline
 
 log = logging.getLogger(__name__)
@@ -35,10 +40,8 @@ class ServeOptions:
     allow_embedding_mismatch: bool = False
 
 
-def open_service(config: Config, options: ServeOptions) -> MemoryService:
-    """Open the store and the session, start the apply worker: the local service."""
-    path = config.store_path if config.store_kind == "sqlite" else None
-    store = open_store(config.store_kind, path)
+def open_service(store: Store, config: Config, options: ServeOptions) -> MemoryService:
+    """Open the session on ``store`` and start its apply worker: the hub's service."""
     plan = EmbedderPlan.from_config(config)
     session = Session.open(
         store,
@@ -50,57 +53,92 @@ def open_service(config: Config, options: ServeOptions) -> MemoryService:
     return MemoryService(session, pipeline, config)
 
 
-def close_service(service: MemoryService) -> None:
-    service.pipeline.close()
-    service.session.store.close()
+def stop_service(service: MemoryService, timeout: float = 15.0) -> None:
+    """Apply what is queued, and let a model still loading finish before the process exits
+    (onnxruntime aborts the process if it is torn down mid-load)."""
+    service.pipeline.close(timeout)
+    lazy = service.session.plan.lazy
+    if lazy is not None:
+        lazy.wait(timeout)
 
 
-class LocalHandler:
-    """Tool calls against a service that opens in the background."""
+def tool_names() -> list[str]:
+    return [t for t in TOOL_ORDER if t in SERVED_TOOLS]
+
+
+class Serve:
+    """One serve process: its store handle, its role in the session, and its tool handler."""
 
     def __init__(self, config: Config, options: ServeOptions) -> None:
-        self._config = config
-        self._options = options
-        self._ready = anyio.Event()
+        self.config = config
+        self.options = options
+        sqlite = config.store_kind == "sqlite"
+        self.store = open_store(config.store_kind, config.store_path if sqlite else None)
         self.service: MemoryService | None = None
+        self.hub = SessionHub(
+            self.store,
+            options.session,
+            config.store_path if sqlite else None,
+            options.agent,
+            self._become_hub,
+            on_stop_hub=self._stop_hub,
+        )
+        self._elected = anyio.Event()
         self.error: LamboError | None = None
 
-    async def open(self) -> None:
+    async def _become_hub(self, keeper: LeaseKeeper) -> Any:
+        self.service = await anyio.to_thread.run_sync(
+            open_service, self.store, self.config, self.options
+        )
+        service = self.service
+
+        async def handle(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            return (await service.call(tool, arguments)).to_json()
+
+        return handle
+
+    async def _stop_hub(self) -> None:
+        service, self.service = self.service, None
+        if service is not None:
+            await anyio.to_thread.run_sync(stop_service, service)
+
+    async def start(self) -> None:
         try:
-            self.service = await anyio.to_thread.run_sync(open_service, self._config, self._options)
+            role = await self.hub.start()
+            log.info("session %s: this serve is the %s", self.options.session, role)
         except LamboError as exc:
             log.error("%s", exc.render())
-            if exc.detail:
-                log.warning("%s", exc.detail)
             self.error = exc
         except Exception as exc:
-            log.exception("opening the session failed")
+            log.exception("joining the session failed")
             self.error = internal_fault(repr(exc))
         finally:
-            self._ready.set()
-
-    def tool_names(self) -> list[str]:
-        return [t for t in TOOL_ORDER if t in SERVED_TOOLS]
+            self._elected.set()
 
     async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        await self._ready.wait()
-        if self.service is None:
-            assert self.error is not None
+        await self._elected.wait()
+        if self.error is not None:
             return ToolResult.error(self.error.render()).to_json()
-        return (await self.service.call(tool, arguments)).to_json()
+        return await self.hub.call(tool, arguments)
+
+    async def close(self) -> None:
+        await self.hub.close()
+        await self._stop_hub()
+        self.store.close()
 
 
 async def serve_stdio(config: Config, options: ServeOptions) -> None:
     from .mcp.stdio import bounded_stdio_server
 
-    handler = LocalHandler(config, options)
-    server = build_server(options.session, handler, handler.tool_names)
+    serve = Serve(config, options)
+    server = build_server(options.session, serve, tool_names)
     try:
+        # The election is not cancelled when the client leaves: it may be opening the
+        # session in a thread, which must finish before the serve can close cleanly.
         async with anyio.create_task_group() as tg:
-            tg.start_soon(handler.open)
+            tg.start_soon(serve.start)
             async with bounded_stdio_server() as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
-            tg.cancel_scope.cancel()
     finally:
-        if handler.service is not None:
-            close_service(handler.service)
+        with anyio.CancelScope(shield=True):
+            await serve.close()

@@ -11,6 +11,7 @@ receipts (at most 8) as a ``write receipts:`` text block and as
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,8 @@ class MemoryService:
         record = session.store.get_session(session.name)
         payload: dict[str, Any] = {
             "session": session.name,
+            # Writes happen in the hub: these figures are the holder process's.
+            "holder_pid": os.getpid(),
             "node_count": concepts + interactions,
             "concept_count": concepts,
             "edge_count": edges,
