@@ -21,6 +21,7 @@ import anyio
 from .args import check_arguments, clamp_int, require
 from .config import Config
 from .errors import LamboError, ParameterError, internal_fault
+from .recall import RecallDefaults, recall
 from .receipts import WAIT_MS_MAX, ReceiptView, render_line, render_piggyback, to_structured
 from .session import Session
 from .text import check_agent_id, check_string, format_rfc3339
@@ -56,7 +57,7 @@ Handler = Callable[[Mapping[str, Any]], Awaitable[ToolResult]]
 
 
 # The tools this service answers, in the order they are listed.
-SERVED_TOOLS = ("lambo_derive", "lambo_record_action", "lambo_stats")
+SERVED_TOOLS = ("lambo_recall", "lambo_derive", "lambo_record_action", "lambo_stats")
 
 
 class UnknownTool(LamboError):
@@ -70,7 +71,9 @@ class MemoryService:
         self.session = session
         self.pipeline = pipeline
         self.config = config
+        self._recall_defaults = RecallDefaults.from_config(config)
         self._handlers: dict[str, Handler] = {
+            "lambo_recall": self._recall,
             "lambo_derive": self._derive,
             "lambo_record_action": self._record_action,
             "lambo_stats": self._stats,
@@ -107,6 +110,20 @@ class MemoryService:
         result.texts.append(render_piggyback(views))
         if result.structured is not None:
             result.structured["write_receipts"] = [to_structured(v) for v in views]
+
+    # -- reads --------------------------------------------------------------------------
+    async def _recall(self, args: Mapping[str, Any]) -> ToolResult:
+        # Off the event loop: the query embedding runs the model.
+        result = await anyio.to_thread.run_sync(
+            lambda: recall(
+                self.session,
+                args,
+                defaults=self._recall_defaults,
+                fusion=str(self.config.get("fusion.method")),
+                rrf_k=int(self.config.get("fusion.rrf_k")),
+            )
+        )
+        return ToolResult(texts=[result.context], structured=result.structured())
 
     # -- writes -------------------------------------------------------------------------
     async def _derive(self, args: Mapping[str, Any]) -> ToolResult:

@@ -26,7 +26,20 @@ def inspector(home: Path, *args: str) -> dict[str, Any]:
         pytest.skip("MCP Inspector is not installed (npm install --prefix .npm-tools ...)")
     env = serve_env(home)
     env["MCP_CATALOG_PATH"] = str(home / "inspector-catalog.json")
-    argv = [str(INSPECTOR), "--cli", *lambo_argv(), "serve", "--session", "insp", *args]
+    # The inspector does not pass its own environment on to the server: name what it needs.
+    argv = [
+        str(INSPECTOR),
+        "--cli",
+        "-e",
+        f"LAMBO_HOME={home}",
+        "--cwd",
+        str(home),
+        *lambo_argv(),
+        "serve",
+        "--session",
+        "insp",
+        *args,
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=home, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     return dict(json.loads(out.stdout))
@@ -35,7 +48,7 @@ def inspector(home: Path, *args: str) -> dict[str, Any]:
 def test_inspector_lists_the_tools(served_home: Path) -> None:
     listed = inspector(served_home, "--method", "tools/list")
     names = [t["name"] for t in listed["tools"]]
-    assert "lambo_derive" in names and "lambo_stats" in names
+    assert {"lambo_recall", "lambo_derive", "lambo_stats"} <= set(names)
     for tool in listed["tools"]:
         assert tool["inputSchema"]["additionalProperties"] is False
 
@@ -66,3 +79,17 @@ def test_inspector_derives_and_reads_back(served_home: Path) -> None:
         "agent_id=inspector",
     )
     assert stats["structuredContent"]["concept_count"] == 1
+    recalled = inspector(
+        served_home,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "lambo_recall",
+        "--tool-arg",
+        "agent_id=inspector",
+        "--tool-arg",
+        "query=which fact did the inspector write",
+    )
+    assert recalled["isError"] is False
+    hits = recalled["structuredContent"]["hits"]
+    assert hits[0]["content"] == "inspector wrote this fact"

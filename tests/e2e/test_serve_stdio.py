@@ -63,6 +63,13 @@ def test_handshake_tools_write_and_read_your_write(served_home: Path, mode: str)
             assert stats["embedding_contract"] == {"kind": "onnx", "model": "minilm", "dim": 384}
             assert stats["write_queue_lane_bound"] == 64
 
+            recalled = await client.call_tool(
+                "lambo_recall", {"agent_id": "agent-a", "query": "what is the user schema"}
+            )
+            hits = structured(recalled)["hits"]
+            assert hits and hits[0]["content"] == "user schema"
+            assert recalled.content[0].text.startswith("user schema [Entity] (score ")  # type: ignore[union-attr]
+
     anyio.run(scenario)
 
 
@@ -79,7 +86,7 @@ def test_refusals_are_error_results(served_home: Path) -> None:
                 "unknown variant Entity, expected one of entity, logic, "
                 "constraint, resource, observation"
             )
-            for tool in ("lambo_derive", "lambo_record_action", "lambo_stats"):
+            for tool in ("lambo_recall", "lambo_derive", "lambo_record_action", "lambo_stats"):
                 typo = await client.call_tool(tool, {"agent_id": "a", "agnet": "x"})
                 assert typo.is_error
                 assert "agnet is not an argument of " + tool in typo.content[0].text  # type: ignore[union-attr]
