@@ -20,7 +20,7 @@ import click
 from . import __version__
 from .config import Config, load_config, render_default_file, render_show, store_flags
 from .embed.commands import model_group
-from .errors import ConfigError, ErrorKind, LamboError
+from .errors import ConfigError, ErrorKind, LamboError, ParameterError
 
 log = logging.getLogger("lambo")
 
@@ -194,6 +194,245 @@ def serve(
             "(the default)"
         )
     anyio.run(serve_stdio, config, options)
+
+
+# --- tool commands: the same service the MCP tools call ---------------------------
+
+
+def session_options(fn: F) -> F:
+    fn = click.option("--json", "as_json", is_flag=True, help="print the structured content")(fn)
+    fn = store_option(fn)
+    fn = click.option(
+        "--agent", default="lambo-cli", show_default=True, help="the agent_id the call is made as"
+    )(fn)
+    return click.option("--session", required=True, help="the session to use")(fn)
+
+
+# A refusal of a value the caller gave renders without a class prefix (see errors.py).
+_RUNTIME_PREFIXES = tuple(f"{kind.value}:" for kind in ErrorKind if kind not in _USAGE_KINDS)
+
+
+def run_tool(
+    ctx: Context,
+    store: str | None,
+    session: str,
+    agent: str,
+    tool: str,
+    arguments: dict[str, Any],
+    as_json: bool,
+    wait_for_receipt: bool = False,
+) -> None:
+    """Call one tool on the session (through its hub if one runs), print, set the exit code."""
+    import anyio
+
+    from .client import open_client
+
+    config = ctx.config(store_flags(store))
+
+    async def go() -> list[dict[str, Any]]:
+        async with open_client(config, session, agent) as call:
+            results = [await call(tool, arguments)]
+            receipt = (results[0].get("structuredContent") or {}).get("receipt")
+            if wait_for_receipt and receipt and not results[0]["isError"]:
+                results.append(
+                    await call(
+                        "lambo_stats", {"agent_id": agent, "receipt": receipt, "wait_ms": 34_000}
+                    )
+                )
+            return results
+
+    results = anyio.run(go)
+    first = results[0]
+    if first["isError"]:
+        text = first["content"][0]["text"]
+        click.echo(f"lambo: {text}", err=True)
+        sys.exit(1 if text.startswith(_RUNTIME_PREFIXES) else 2)
+    if as_json:
+        import json
+
+        payload = dict(first.get("structuredContent") or {})
+        if len(results) > 1:
+            payload["outcome"] = (results[1].get("structuredContent") or {}).get("receipt")
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        return
+    for block in first["content"]:
+        click.echo(block["text"])
+    if len(results) > 1:
+        click.echo(results[1]["content"][0]["text"].splitlines()[0])
+
+
+@cli.command("derive")
+@session_options
+@click.option("--content", required=True, help="the concept: one fact, short")
+@click.option(
+    "--kind",
+    "concept_type",
+    default="entity",
+    show_default=True,
+    help="entity, logic, constraint, resource or observation",
+)
+@click.option("--depends-on", multiple=True, help="a concept this one rests on (id or content)")
+@click.option("--against", multiple=True, help="a concept this one contradicts (id or content)")
+@click.option("--concept", "more", multiple=True, metavar="TEXT:KIND", help="another concept")
+@click.option("--parent-of", multiple=True, metavar="CHILD:PARENT", help="a hierarchy link")
+@click.option("--event-time", help="RFC3339 about-time of a historical fact")
+@click.option("--no-wait", is_flag=True, help="print the ack without waiting for the outcome")
+@pass_ctx
+@reports_errors
+def derive_cmd(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    content: str,
+    concept_type: str,
+    depends_on: tuple[str, ...],
+    against: tuple[str, ...],
+    more: tuple[str, ...],
+    parent_of: tuple[str, ...],
+    event_time: str | None,
+    no_wait: bool,
+) -> None:
+    """Store concepts, as lambo_derive does.
+
+    \b
+    Example:
+      lambo derive --session demo --content "lease TTL is 45s" --kind logic
+    """
+    concept: dict[str, Any] = {"content": content, "concept_type": concept_type}
+    if depends_on:
+        concept["depends_on"] = list(depends_on)
+    if against:
+        concept["against"] = list(against)
+    concepts = [concept]
+    for item in more:
+        text, _, kind = item.rpartition(":")
+        if not text:
+            raise ParameterError("--concept must be TEXT:KIND, such as 'user schema:entity'")
+        concepts.append({"content": text, "concept_type": kind})
+    arguments: dict[str, Any] = {"agent_id": agent, "concepts": concepts}
+    if parent_of:
+        pairs = []
+        for item in parent_of:
+            child, sep, parent = item.partition(":")
+            if not sep or not child or not parent:
+                raise ParameterError("--parent-of must be CHILD:PARENT")
+            pairs.append({"parent": parent, "child": child})
+        arguments["parent_of"] = pairs
+    if event_time:
+        arguments["event_time"] = event_time
+    run_tool(ctx, store, session, agent, "lambo_derive", arguments, as_json, not no_wait)
+
+
+@cli.command("record-action")
+@session_options
+@click.option("--action", required=True, help="what you did, as a short line")
+@click.option("--produces", multiple=True, help="something the action produced")
+@click.option("--modifies", multiple=True, help="something the action changed")
+@click.option("--depends-on", multiple=True, help="something the action relied on")
+@click.option("--against", multiple=True, help="a concept the action shows to be wrong")
+@click.option("--event-time", help="RFC3339 about-time of a historical action")
+@click.option("--no-wait", is_flag=True, help="print the ack without waiting for the outcome")
+@pass_ctx
+@reports_errors
+def record_action_cmd(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    action: str,
+    produces: tuple[str, ...],
+    modifies: tuple[str, ...],
+    depends_on: tuple[str, ...],
+    against: tuple[str, ...],
+    event_time: str | None,
+    no_wait: bool,
+) -> None:
+    """Record an action, as lambo_record_action does.
+
+    \b
+    Example:
+      lambo record-action --session demo --action "merged PR #52" --modifies src/lease.rs
+    """
+    arguments: dict[str, Any] = {"agent_id": agent, "action": action}
+    for name, values in (
+        ("produces", produces),
+        ("modifies", modifies),
+        ("depends_on", depends_on),
+        ("against", against),
+    ):
+        if values:
+            arguments[name] = list(values)
+    if event_time:
+        arguments["event_time"] = event_time
+    run_tool(ctx, store, session, agent, "lambo_record_action", arguments, as_json, not no_wait)
+
+
+@cli.command("recall")
+@session_options
+@click.option("--query", required=True, help="what to recall")
+@click.option("--top-k", type=int, help="hits to return (1..100, default 5)")
+@click.option("--max-tokens", type=int, help="context budget (1..100000, default 500)")
+@click.option("--traversal-depth", type=int, help="graph expansion depth (0..5, default 2)")
+@pass_ctx
+@reports_errors
+def recall_cmd(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    query: str,
+    top_k: int | None,
+    max_tokens: int | None,
+    traversal_depth: int | None,
+) -> None:
+    """Recall memory for a query, as lambo_recall does.
+
+    \b
+    Example:
+      lambo recall --session demo --query "how long is the lease TTL"
+    """
+    arguments: dict[str, Any] = {"agent_id": agent, "query": query}
+    for name, value in (
+        ("top_k", top_k),
+        ("max_tokens", max_tokens),
+        ("traversal_depth", traversal_depth),
+    ):
+        if value is not None:
+            arguments[name] = value
+    run_tool(ctx, store, session, agent, "lambo_recall", arguments, as_json)
+
+
+@cli.command("stats")
+@session_options
+@click.option("--receipt", help="a receipt id from a write's ack")
+@click.option("--wait-ms", type=int, help="with --receipt, wait up to this long (max 34000)")
+@pass_ctx
+@reports_errors
+def stats_cmd(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    receipt: str | None,
+    wait_ms: int | None,
+) -> None:
+    """Session health and write-queue figures, as lambo_stats reports them.
+
+    \b
+    Example:
+      lambo stats --session demo
+    """
+    arguments: dict[str, Any] = {"agent_id": agent}
+    if receipt is not None:
+        arguments["receipt"] = receipt
+    if wait_ms is not None:
+        arguments["wait_ms"] = wait_ms
+    run_tool(ctx, store, session, agent, "lambo_stats", arguments, as_json)
 
 
 cli.add_command(model_group)
