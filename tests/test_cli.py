@@ -36,7 +36,7 @@ def test_version_and_help() -> None:
     assert __version__ in out.stdout
     out = run("--help")
     assert out.returncode == 0
-    for word in ("config", "provision", "model"):
+    for word in ("config", "provision", "model", "serve", "derive", "recall", "stats"):
         assert word in out.stdout
 
 
