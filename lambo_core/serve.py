@@ -49,7 +49,9 @@ def open_service(store: Store, config: Config, options: ServeOptions) -> MemoryS
         plan,
         allow_embedding_mismatch=options.allow_embedding_mismatch,
     )
-    pipeline = WritePipeline(session).start()
+    pipeline = WritePipeline(
+        session, edge_min_age_s=float(config.get("canonization.edge_min_age_s"))
+    ).start()
     return MemoryService(session, pipeline, config)
 
 
