@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from lambo_core.embed.onnx import OnnxEmbedder
+from lambo_core.embed.pull import import_model
+from tests.embed_fixtures import minilm_source_dir
+
 
 @pytest.fixture(autouse=True)
 def lambo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
@@ -27,3 +31,13 @@ def lambo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     ):
         monkeypatch.delenv(var, raising=False)
     yield home
+
+
+@pytest.fixture(scope="session")
+def minilm(tmp_path_factory: pytest.TempPathFactory) -> OnnxEmbedder:
+    """The real all-MiniLM-L6-v2 int8 model the PyPI packages ship, imported once per run."""
+    root = tmp_path_factory.mktemp("minilm")
+    model_dir = import_model(
+        minilm_source_dir(root / "src"), "minilm", root / "models", pooling="mean"
+    )
+    return OnnxEmbedder(model_dir, threads=1)

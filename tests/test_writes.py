@@ -9,22 +9,11 @@ from typing import Any
 import pytest
 
 from lambo_core.embed.onnx import OnnxEmbedder
-from lambo_core.embed.pull import import_model
 from lambo_core.model import EdgeType, IntentState, short_id
 from lambo_core.receipts import ReceiptState
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.writes import WritePipeline
-from tests.embed_fixtures import minilm_source_dir
-
-
-@pytest.fixture(scope="module")
-def minilm(tmp_path_factory: pytest.TempPathFactory) -> OnnxEmbedder:
-    root = tmp_path_factory.mktemp("minilm")
-    model_dir = import_model(
-        minilm_source_dir(root / "src"), "minilm", root / "models", pooling="mean"
-    )
-    return OnnxEmbedder(model_dir, threads=1)
 
 
 def open_pipeline(store: Any, plan: EmbedderPlan, name: str = "s") -> WritePipeline:

@@ -17,13 +17,11 @@ import pytest
 
 from lambo_core.clock import ManualClock
 from lambo_core.embed.onnx import OnnxEmbedder
-from lambo_core.embed.pull import import_model
 from lambo_core.model import EdgeType, short_id
 from lambo_core.receipts import ReceiptState, ReceiptView, render_line
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
 from lambo_core.writes import CANDIDATE_BYTES, WritePipeline, one_value_changed
-from tests.embed_fixtures import minilm_source_dir
 
 CLAUSE = (
     "replacement candidate(s): existing concepts this write may replace (nothing recorded; "
@@ -34,15 +32,6 @@ NEWER = (
     "; newer: dated after this write, so it may replace this write, not the other way round; "
     "do not cite it in against"
 )
-
-
-@pytest.fixture(scope="module")
-def minilm(tmp_path_factory: pytest.TempPathFactory) -> OnnxEmbedder:
-    root = tmp_path_factory.mktemp("minilm")
-    model_dir = import_model(
-        minilm_source_dir(root / "src"), "minilm", root / "models", pooling="mean"
-    )
-    return OnnxEmbedder(model_dir, threads=1)
 
 
 @pytest.fixture
