@@ -483,11 +483,17 @@ def base_parts(
 
 @dataclass
 class LegResults:
-    """Raw leg results, best first: [(node id, raw score)]."""
+    """Raw leg results, best first: [(node id, raw score)].
+
+    ``depth`` is how many candidates each leg was asked for; ``vector_ran`` says
+    the vector leg searched (so keyword and vector scores are fused).
+    """
 
     keyword: list[tuple[str, float]] = field(default_factory=list)
     vector: list[tuple[str, float]] = field(default_factory=list)
     recent: list[tuple[str, float]] = field(default_factory=list)
+    depth: int = 0
+    vector_ran: bool = False
 
 
 class _LegCache:
@@ -542,7 +548,7 @@ def run_legs(
 ) -> LegResults:
     """Run the query legs (no lock held for the keyword and vector searches)."""
     index = session.index
-    out = LegResults()
+    out = LegResults(depth=depth)
     if LEG_KEYWORD in legs:
         text = keyword_query(query)
         if text:
@@ -565,6 +571,7 @@ def run_legs(
                     "and retry"
                 )
             out.vector = matrix.top_k(vector, depth)
+            out.vector_ran = True
     if LEG_RECENT in legs:
         with index.lock:
             out.recent = _recent_leg(index.graph, depth)
@@ -608,12 +615,73 @@ class Candidate:
         return self.keyword is not None
 
 
-def fuse(legs: LegResults, method: str, rrf_k: int) -> dict[str, Candidate]:
-    """Candidates from every leg with their fused relevance (see the module doc)."""
+def _leg_floor(hits: Sequence[tuple[str, float]], depth: int, exhaustive_floor: float) -> float:
+    """The score just past a leg's candidates: its last one, or (a short list) what the rest
+    of the session scores (0 for BM25: every other concept shares no term)."""
+    if not hits:
+        return 0.0
+    return hits[-1][1] if len(hits) >= depth else min(hits[-1][1], exhaustive_floor)
+
+
+def _min_max(hits: Sequence[tuple[str, float]], floor: float) -> dict[str, float]:
+    """Scores rescaled so the leg's best is 1 and its floor is 0."""
+    if not hits:
+        return {}
+    top = hits[0][1]
+    if top <= floor:
+        return {node_id: 1.0 for node_id, _ in hits}
+    return {node_id: max(0.0, (raw - floor) / (top - floor)) for node_id, raw in hits}
+
+
+FUSION_METHODS = ("max", "rrf", "sum")
+
+
+def coverage(wanted: Collection[str], content: str) -> float:
+    """The share of the question's content words (``wanted``) the concept's text contains."""
+    if not wanted:
+        return 1.0
+    return len(set(wanted) & set(tokenize(content))) / len(wanted)
+
+
+def fuse(
+    legs: LegResults,
+    method: str,
+    rrf_k: int,
+    *,
+    normalize: bool | None = None,
+    keyword_coverage: Mapping[str, float] | None = None,
+) -> dict[str, Candidate]:
+    """Candidates from every leg with their fused relevance.
+
+    Raw BM25 (often 2 to 15) and cosine (0 to 1) are not on one scale. When
+    keyword and vector scores are fused (``normalize``; by default whenever
+    the vector leg ran), each of those two legs is rescaled over its own
+    candidates (its best is 1, the score just past its last candidate 0), and
+    a keyword score is then weighted by ``keyword_coverage``, the share of the
+    question's content words the concept contains, so one shared generic word
+    does not count as a full match. A keyword-only recall keeps raw BM25 (the
+    spec's example, 0.8565). The recent leg keeps its fixed 0.5 throughout.
+
+    - ``max`` (the default): the highest of a candidate's leg scores;
+    - ``rrf``: each leg's ``1 / (rrf_k + rank)``, rescaled over the leg's
+      requested depth (rank 1 is 1, rank ``depth + 1`` would be 0), summed;
+      the recent leg weighted by its fixed 0.5;
+    - ``sum``: keyword plus vector score (CombSUM), the recent leg's 0.5 as a
+      floor, as in ``max``.
+    """
+    if method not in FUSION_METHODS:
+        raise ConfigError(f"[fusion] method must be one of {', '.join(FUSION_METHODS)}")
+    if normalize is None:
+        normalize = legs.vector_ran
+    depth = max(legs.depth, len(legs.keyword), len(legs.vector), len(legs.recent), 1)
+    vector_hits = [(node_id, max(0.0, raw)) for node_id, raw in legs.vector]
+    keyword_norm = _min_max(legs.keyword, _leg_floor(legs.keyword, depth, 0.0))
+    # a short vector list is the whole session: its last candidate is the floor
+    vector_norm = _min_max(vector_hits, _leg_floor(vector_hits, depth, math.inf))
     found: dict[str, Candidate] = {}
     for leg, hits in (
         (LEG_KEYWORD, legs.keyword),
-        (LEG_VECTOR, legs.vector),
+        (LEG_VECTOR, vector_hits),
         (LEG_RECENT, legs.recent),
     ):
         for rank, (node_id, raw) in enumerate(hits, start=1):
@@ -621,21 +689,31 @@ def fuse(legs: LegResults, method: str, rrf_k: int) -> dict[str, Candidate]:
             if cand is None:
                 cand = found[node_id] = Candidate(node_id)
             if leg == LEG_KEYWORD:
-                cand.keyword = raw
+                if normalize:
+                    share = 1.0 if keyword_coverage is None else keyword_coverage.get(node_id, 1.0)
+                    cand.keyword = keyword_norm[node_id] * share
+                else:
+                    cand.keyword = raw
             elif leg == LEG_VECTOR:
-                cand.vector = max(0.0, raw)
+                cand.vector = vector_norm[node_id] if normalize else raw
             else:
                 cand.recent = raw
             cand.ranks[leg] = rank
+    top, bottom = 1.0 / (rrf_k + 1), 1.0 / (rrf_k + depth + 1)
+
+    def rrf(rank: int) -> float:
+        return (1.0 / (rrf_k + rank) - bottom) / (top - bottom)
+
     for cand in found.values():
         if method == "rrf":
-            scale = rrf_k + 1.0
-            without = sum(scale / (rrf_k + r) for leg, r in cand.ranks.items() if leg != LEG_RECENT)
+            without = sum(rrf(r) for leg, r in cand.ranks.items() if leg != LEG_RECENT)
+            recent_rank = cand.ranks.get(LEG_RECENT)
             cand.relevance = without + (
-                scale / (rrf_k + cand.ranks[LEG_RECENT]) if LEG_RECENT in cand.ranks else 0.0
+                RECENT_SCORE * rrf(recent_rank) if recent_rank is not None else 0.0
             )
         else:
-            without = max((s for s in (cand.keyword, cand.vector) if s is not None), default=0.0)
+            scores = [s for s in (cand.keyword, cand.vector) if s is not None]
+            without = sum(scores) if method == "sum" else max(scores, default=0.0)
             cand.relevance = max(without, cand.recent or 0.0)
         cand.lifted_by_recent = cand.relevance > without and not cand.named
     return found
@@ -942,8 +1020,13 @@ def recall(
     fusion: str = "max",
     rrf_k: int = 60,
     legs: Collection[str] = ALL_LEGS,
+    normalize: bool | None = None,
 ) -> RecallResult:
-    """Answer one lambo_recall call (``legs`` narrows the query legs, for the benchmarks)."""
+    """Answer one lambo_recall call.
+
+    ``legs`` and ``normalize`` (see ``fuse``) are for the benchmarks: the served
+    recall runs every leg it can and normalizes whenever the vector leg ran.
+    """
     request = parse_request(session, args, defaults)
     index = session.index
     graph = index.graph
@@ -972,8 +1055,16 @@ def recall(
         leg_results = run_legs(session, request.query, depth, legs, embedder)
         cache.put(cache_key, leg_results)
 
-    candidates = fuse(leg_results, fusion, rrf_k)
     with index.lock:
+        shares = None
+        if leg_results.keyword and (normalize or (normalize is None and leg_results.vector_ran)):
+            shares = {}
+            wanted = set(keyword_query(request.query).split())
+            for node_id, _ in leg_results.keyword:
+                concept = graph.concept(node_id)
+                if concept is not None:
+                    shares[node_id] = coverage(wanted, concept.content)
+        candidates = fuse(leg_results, fusion, rrf_k, normalize=normalize, keyword_coverage=shares)
         scorer = _Scorer(session, now, monotonic_now)
         live = [c for c in candidates.values() if scorer.score(c)]
         ranked = order_candidates(live)

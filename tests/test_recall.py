@@ -408,13 +408,86 @@ def test_fusion_max_takes_the_highest_raw_score() -> None:
     assert fused["c"].lifted_by_recent and fused["d"].lifted_by_recent
 
 
-def test_fusion_rrf_sums_scaled_reciprocal_ranks() -> None:
-    legs = LegResults(keyword=[("a", 2.5), ("b", 0.2)], vector=[("b", 0.7), ("a", 0.1)])
+def test_fusion_rrf_sums_rescaled_reciprocal_ranks() -> None:
+    legs = LegResults(
+        keyword=[("a", 2.5), ("b", 0.2)],
+        vector=[("b", 0.7), ("a", 0.1)],
+        recent=[("c", 0.5)],
+        depth=4,
+    )
     fused = fuse(legs, "rrf", 60)
-    assert fused["a"].relevance == pytest.approx(61 / 61 + 61 / 62)
-    assert fused["b"].relevance == pytest.approx(61 / 62 + 61 / 61)
-    one = fuse(LegResults(vector=[("x", 0.3)]), "rrf", 10)
-    assert one["x"].relevance == pytest.approx(1.0)
+
+    def rrf(rank: int) -> float:  # rank 1 -> 1, rank depth + 1 -> 0
+        return (1 / (60 + rank) - 1 / 65) / (1 / 61 - 1 / 65)
+
+    assert fused["a"].relevance == pytest.approx(rrf(1) + rrf(2))
+    assert fused["b"].relevance == pytest.approx(rrf(2) + rrf(1))
+    assert fused["c"].relevance == pytest.approx(0.5 * rrf(1))  # the recent leg weighs 0.5
+    assert fused["c"].lifted_by_recent and not fused["a"].lifted_by_recent
+    assert rrf(1) == pytest.approx(1.0)
+
+
+def test_fusion_max_rescales_keyword_and_vector_when_both_are_fused() -> None:
+    legs = LegResults(
+        keyword=[("a", 9.0), ("b", 3.0)],  # a short list: every other concept scores 0
+        vector=[("b", 0.8), ("c", 0.6), ("a", 0.4), ("d", 0.2)],  # a full list: floor 0.2
+        recent=[("e", 0.5)],
+        depth=4,
+        vector_ran=True,
+    )
+    fused = fuse(legs, "max", 60)
+    assert fused["a"].keyword == pytest.approx(1.0)
+    assert fused["b"].keyword == pytest.approx(3 / 9)
+    assert fused["b"].vector == pytest.approx(1.0)
+    assert fused["c"].vector == pytest.approx(0.4 / 0.6)
+    assert fused["d"].vector == pytest.approx(0.0)
+    assert {k: round(c.relevance, 6) for k, c in fused.items()} == {
+        "a": 1.0,
+        "b": 1.0,
+        "c": round(0.4 / 0.6, 6),
+        "d": 0.0,
+        "e": 0.5,
+    }
+    # a keyword-only recall keeps raw BM25, as the spec's example does
+    raw = fuse(LegResults(keyword=[("a", 9.0)], depth=4), "max", 60)
+    assert raw["a"].relevance == 9.0
+    assert fuse(legs, "max", 60, normalize=False)["a"].relevance == 9.0
+
+
+def test_fusion_sum_adds_keyword_and_vector_with_the_recent_floor() -> None:
+    legs = LegResults(
+        keyword=[("a", 9.0), ("b", 3.0)],
+        vector=[("b", 0.8), ("c", 0.6), ("a", 0.4), ("d", 0.2)],
+        recent=[("d", 0.5)],
+        depth=4,
+        vector_ran=True,
+    )
+    fused = fuse(legs, "sum", 60, keyword_coverage={"a": 0.5, "b": 1.0})
+    assert fused["a"].relevance == pytest.approx(0.5 * 1.0 + 0.2 / 0.6)
+    assert fused["b"].relevance == pytest.approx(3 / 9 + 1.0)
+    assert fused["d"].relevance == 0.5 and fused["d"].lifted_by_recent
+
+
+def test_keyword_coverage_weighs_a_fused_keyword_score() -> None:
+    from lambo_core.recall import coverage
+
+    wanted = set(keyword_query("where is the stripe webhook handler?").split())
+    assert wanted == {"stripe", "webhook", "handler"}
+    assert coverage(wanted, "The Stripe webhook handler is src/webhooks/stripe.rs") == 1.0
+    assert coverage(wanted, "Stripe sometimes sends an event twice") == pytest.approx(1 / 3)
+    assert coverage(set(), "anything") == 1.0
+    legs = LegResults(keyword=[("a", 4.0)], vector=[("a", 0.5)], depth=4, vector_ran=True)
+    assert fuse(legs, "max", 60, keyword_coverage={"a": 0.25})["a"].keyword == 0.25
+
+
+def test_an_unknown_fusion_method_is_a_configuration_error(small: Session) -> None:
+    with pytest.raises(ConfigError, match=r"\[fusion\] method must be one of max, rrf, sum"):
+        recall(small, {"agent_id": "a", "query": "stdio"}, defaults=DEFAULTS, fusion="avg")
+
+
+def test_fusion_of_a_single_candidate_is_full_scale() -> None:
+    legs = LegResults(keyword=[("a", 0.3)], vector=[("a", 0.9)], depth=20, vector_ran=True)
+    assert fuse(legs, "max", 60)["a"].relevance == 1.0
 
 
 def test_negative_cosines_count_as_zero() -> None:
