@@ -435,6 +435,112 @@ def stats_cmd(
     run_tool(ctx, store, session, agent, "lambo_stats", arguments, as_json)
 
 
+@cli.command("inspect")
+@session_options
+@click.option("--focus", required=True, help="concept text, its 8-hex id or its node id")
+@click.option("--depth", type=int, help="neighbourhood depth (0..5, default 2)")
+@pass_ctx
+@reports_errors
+def inspect_cmd(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    focus: str,
+    depth: int | None,
+) -> None:
+    """A concept's neighbourhood, as lambo_inspect shows it.
+
+    \b
+    Example:
+      lambo inspect --session demo --focus "user schema"
+    """
+    arguments: dict[str, Any] = {"agent_id": agent, "focus": focus}
+    if depth is not None:
+        arguments["depth"] = depth
+    run_tool(ctx, store, session, agent, "lambo_inspect", arguments, as_json)
+
+
+@cli.command("saints")
+@session_options
+@pass_ctx
+@reports_errors
+def saints_cmd(ctx: Context, session: str, agent: str, store: str | None, as_json: bool) -> None:
+    """The session's canonical memories, as lambo_saints lists them.
+
+    \b
+    Example:
+      lambo saints --session demo
+    """
+    run_tool(ctx, store, session, agent, "lambo_saints", {"agent_id": agent}, as_json)
+
+
+@cli.command("stale")
+@session_options
+@click.option("--offset", type=int, help="the next page's offset")
+@pass_ctx
+@reports_errors
+def stale_cmd(
+    ctx: Context, session: str, agent: str, store: str | None, as_json: bool, offset: int | None
+) -> None:
+    """Dependencies resting on a contradicted concept, as lambo_stale lists them.
+
+    \b
+    Example:
+      lambo stale --session demo
+    """
+    arguments: dict[str, Any] = {"agent_id": agent}
+    if offset is not None:
+        arguments["offset"] = offset
+    run_tool(ctx, store, session, agent, "lambo_stale", arguments, as_json)
+
+
+@cli.command("reserve")
+@session_options
+@click.option("--node", "node_id", required=True, help="the node id to lock")
+@click.option("--ttl-seconds", type=int, help="lock lifetime (1..3600, default 30)")
+@pass_ctx
+@reports_errors
+def reserve_cmd(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    node_id: str,
+    ttl_seconds: int | None,
+) -> None:
+    """Take a soft lock on a node, as lambo_reserve does (it lives as long as the hub).
+
+    \b
+    Example:
+      lambo reserve --session demo --agent me --node 478416c2-0000-0000-0000-000000000000
+    """
+    arguments: dict[str, Any] = {"agent_id": agent, "node_id": node_id}
+    if ttl_seconds is not None:
+        arguments["ttl_seconds"] = ttl_seconds
+    run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json)
+
+
+@cli.command("release")
+@session_options
+@click.option("--node", "node_id", required=True, help="the node id to unlock")
+@pass_ctx
+@reports_errors
+def release_cmd(
+    ctx: Context, session: str, agent: str, store: str | None, as_json: bool, node_id: str
+) -> None:
+    """Release a soft lock, as lambo_reserve with release does.
+
+    \b
+    Example:
+      lambo release --session demo --agent me --node 478416c2-0000-0000-0000-000000000000
+    """
+    arguments = {"agent_id": agent, "node_id": node_id, "release": True}
+    run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json)
+
+
 cli.add_command(model_group)
 
 

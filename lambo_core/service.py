@@ -21,9 +21,13 @@ import anyio
 from .args import check_arguments, clamp_int, require
 from .config import Config
 from .errors import LamboError, ParameterError, internal_fault
+from .inspect import run_inspect
+from .locks import LockTable, run_reserve
 from .recall import RecallDefaults, recall
 from .receipts import WAIT_MS_MAX, ReceiptView, render_line, render_piggyback, to_structured
+from .saints import run_saints
 from .session import Session
+from .stale import run_stale
 from .text import check_agent_id, check_string, format_rfc3339
 from .writes import WritePipeline
 
@@ -57,7 +61,16 @@ Handler = Callable[[Mapping[str, Any]], Awaitable[ToolResult]]
 
 
 # The tools this service answers, in the order they are listed.
-SERVED_TOOLS = ("lambo_recall", "lambo_derive", "lambo_record_action", "lambo_stats")
+SERVED_TOOLS = (
+    "lambo_recall",
+    "lambo_derive",
+    "lambo_record_action",
+    "lambo_reserve",
+    "lambo_inspect",
+    "lambo_stale",
+    "lambo_saints",
+    "lambo_stats",
+)
 
 
 class UnknownTool(LamboError):
@@ -72,12 +85,35 @@ class MemoryService:
         self.pipeline = pipeline
         self.config = config
         self._recall_defaults = RecallDefaults.from_config(config)
+        self._edge_min_age = float(config.get("canonization.edge_min_age_s"))
+        self._policy = str(config.get("canonization.promotion_policy")).capitalize()
+        self.locks = LockTable(session.clock)  # advisory, in RAM: gone with the hub
         self._handlers: dict[str, Handler] = {
             "lambo_recall": self._recall,
             "lambo_derive": self._derive,
             "lambo_record_action": self._record_action,
+            "lambo_reserve": self._off_loop(lambda a: run_reserve(session, a, self.locks)),
+            "lambo_inspect": self._off_loop(
+                lambda a: run_inspect(
+                    session, a, promotion_policy=self._policy, edge_min_age=self._edge_min_age
+                )
+            ),
+            "lambo_stale": self._off_loop(
+                lambda a: run_stale(session, a, edge_min_age=self._edge_min_age)
+            ),
+            "lambo_saints": self._off_loop(lambda a: run_saints(session, a)),
             "lambo_stats": self._stats,
         }
+
+    @staticmethod
+    def _off_loop(run: Callable[[Mapping[str, Any]], tuple[str, dict[str, Any]]]) -> Handler:
+        """A synchronous (text, structured) tool run in a worker thread, off the event loop."""
+
+        async def handler(args: Mapping[str, Any]) -> ToolResult:
+            text, structured = await anyio.to_thread.run_sync(run, args)
+            return ToolResult(texts=[text], structured=structured)
+
+        return handler
 
     def tool_names(self) -> list[str]:
         return [name for name in SERVED_TOOLS if name in self._handlers]
@@ -181,7 +217,7 @@ class MemoryService:
             "flush_lag_ms": 0.0,
             "dead_lettered": 0,
             "degraded": False,
-            "promotion_policy": str(self.config.get("canonization.promotion_policy")).capitalize(),
+            "promotion_policy": self._policy,
             "canonization_cycles": 0,
             "canonical_count": canonical,
             "embedding_contract": dict(session.contract),

@@ -36,7 +36,20 @@ def test_version_and_help() -> None:
     assert __version__ in out.stdout
     out = run("--help")
     assert out.returncode == 0
-    for word in ("config", "provision", "model", "serve", "derive", "recall", "stats"):
+    for word in (
+        "config",
+        "provision",
+        "model",
+        "serve",
+        "derive",
+        "recall",
+        "stats",
+        "inspect",
+        "saints",
+        "stale",
+        "reserve",
+        "release",
+    ):
         assert word in out.stdout
 
 

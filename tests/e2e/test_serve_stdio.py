@@ -36,7 +36,16 @@ def test_handshake_tools_write_and_read_your_write(served_home: Path, mode: str)
             assert "session 'e2e'" in client.instructions
             tools = await client.list_tools()
             names = [t.name for t in tools.tools]
-            assert {"lambo_derive", "lambo_record_action", "lambo_stats"} <= set(names)
+            assert names == [
+                "lambo_recall",
+                "lambo_derive",
+                "lambo_record_action",
+                "lambo_reserve",
+                "lambo_inspect",
+                "lambo_stale",
+                "lambo_saints",
+                "lambo_stats",
+            ]
             for tool in tools.tools:
                 assert tool.input_schema["additionalProperties"] is False
 
@@ -86,7 +95,9 @@ def test_refusals_are_error_results(served_home: Path) -> None:
                 "unknown variant Entity, expected one of entity, logic, "
                 "constraint, resource, observation"
             )
-            for tool in ("lambo_recall", "lambo_derive", "lambo_record_action", "lambo_stats"):
+            tools = [t.name for t in (await client.list_tools()).tools]
+            assert len(tools) == 8
+            for tool in tools:
                 typo = await client.call_tool(tool, {"agent_id": "a", "agnet": "x"})
                 assert typo.is_error
                 assert "agnet is not an argument of " + tool in typo.content[0].text  # type: ignore[union-attr]
