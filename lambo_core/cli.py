@@ -189,10 +189,9 @@ def serve(
         allow_embedding_mismatch=allow_embedding_mismatch,
     )
     if config.get("serve.transport") == "http":
-        raise ConfigError(
-            "the HTTP transport is not available in this version yet; serve over stdio "
-            "(the default)"
-        )
+        from .serve import refuse_http
+
+        refuse_http(config, options)
     anyio.run(serve_stdio, config, options)
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from .clock import SystemClock
 from .config import Config
-from .errors import LamboError, internal_fault
-from .hub import LeaseKeeper, SessionHub
+from .errors import ConfigError, LamboError, internal_fault
+from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.server import build_server
 from .mcp.tools import TOOL_ORDER
 from .service import SERVED_TOOLS, MemoryService, ToolResult
@@ -127,6 +128,22 @@ class Serve:
         await self.hub.close()
         await self._stop_hub()
         self.store.close()
+
+
+def refuse_http(config: Config, options: ServeOptions) -> None:
+    """``--transport http``: a held session is refused naming its holder; HTTP itself is
+    not in this version yet, which is said plainly."""
+    path = config.store_path if config.store_kind == "sqlite" else None
+    store = open_store(config.store_kind, path)
+    try:
+        lease = store.get_lease(options.session)
+        if lease is not None and not lease_free(lease, SystemClock().now()):
+            raise http_refusal(options.session, lease)
+    finally:
+        store.close()
+    raise ConfigError(
+        "the HTTP transport is not available in this version yet; serve over stdio (the default)"
+    )
 
 
 async def serve_stdio(config: Config, options: ServeOptions) -> None:

@@ -86,3 +86,27 @@ def test_forwarding_read_your_writes_and_takeover(served_home: Path) -> None:
                 assert acked  # its receipt belonged to the dead hub
 
     anyio.run(scenario)
+
+
+def test_http_serve_on_a_held_session_names_the_holder(served_home: Path) -> None:
+    import subprocess
+
+    async def scenario() -> None:
+        async with Client(params(served_home)) as client:
+            hub = body(await client.call_tool("lambo_stats", {"agent_id": "a"}))
+            out = await anyio.to_thread.run_sync(
+                lambda: subprocess.run(
+                    [*lambo_argv(), "serve", "--session", "shared", "--transport", "http"],
+                    capture_output=True,
+                    text=True,
+                    env=serve_env(served_home),
+                    cwd=served_home,
+                    timeout=60,
+                )
+            )
+            assert out.returncode == 1
+            last = out.stderr.splitlines()[-1]
+            assert last.startswith("lambo: conflict: session 'shared' is already held by")
+            assert f"pid {hub['holder_pid']}" in last
+
+    anyio.run(scenario)
