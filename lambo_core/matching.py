@@ -59,13 +59,15 @@ def _is_identifier(word: str) -> bool:
     return bool(re.fullmatch(r"[0-9a-f]{7,40}", core) and re.search(r"\d", core))
 
 
-def identifiers(text: str) -> set[str]:
+def identifiers(text: str) -> list[str]:
+    """Identifiers in order: "a_x then b_y" and "b_y then a_x" are different facts."""
     words = _WORD_RE.findall(unicodedata.normalize("NFC", text))
-    return {w.strip(".:,;") for w in words if _is_identifier(w)}
+    return [w.strip(".:,;") for w in words if _is_identifier(w)]
 
 
-def numbers(text: str) -> set[str]:
-    return set(_NUMBER_RE.findall(text))
+def numbers(text: str) -> list[str]:
+    """Numbers in order, so swapped values ("agent-0 ... fact 1" / "agent-1 ... fact 0") differ."""
+    return _NUMBER_RE.findall(text)
 
 
 def negations(text: str) -> set[str]:

@@ -247,3 +247,43 @@ def test_without_a_model_writes_fail_on_the_receipt_and_stay_owed(
     assert p2.wait_idle(60) and p2.replayed == 1
     assert p2.session.index.graph.concepts_with_key("needs an embedder")
     p2.close()
+
+
+def test_concurrent_agents_never_see_each_others_receipts(pipeline: WritePipeline) -> None:
+    import threading
+
+    sent: dict[str, list[tuple[str, str]]] = {}
+    errors: list[BaseException] = []
+
+    def agent(n: int) -> None:
+        name = f"agent-{n}"
+        try:
+            for i in range(15):
+                content = f"{name} wrote fact {i}"
+                ack = derive(pipeline, c(content), agent=name)
+                sent.setdefault(name, []).append((ack.structured["receipt"], content))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    graph = pipeline.session.index.graph
+    for name, writes in sent.items():
+        last_seq = 0
+        for receipt, content in writes:
+            view = settled(pipeline, type("A", (), {"structured": {"receipt": receipt}})(), name)
+            assert view.state is ReceiptState.APPLIED
+            (node,) = view.data["created"]
+            concept = graph.concept(node)
+            assert concept is not None and concept.content == content
+            assert concept.agent_id == name
+            # Another agent asking for it is refused and learns nothing.
+            other = pipeline.session.receipts.lookup(receipt, "intruder", "s")
+            assert other.state is ReceiptState.FORBIDDEN and not other.data
+            intent = pipeline.session.store.get_intent(receipt)
+            assert intent is not None and intent.seq > last_seq  # each agent's order kept
+            last_seq = intent.seq
