@@ -16,16 +16,19 @@ A recall runs in this order:
    - vector: cosine of the query's embedding against the session's matrix,
      up to ``top_k * 4`` hits; only when the session embeds and the model has
      loaded (a read never waits for a loading model: it runs without this
-     leg and says so in a warning);
+     leg and says so in a warning). On a large matrix the keyword search runs
+     beside the scan in a worker thread;
    - recent: the concepts of the 3 most recent interactions at a fixed 0.5,
      at most ``top_k * 4`` of them.
 
-4. **Fusion**: a hit's relevance is the highest of its raw leg scores
-   (``max``, the default) or its reciprocal rank fusion (``rrf``), scaled by
-   ``rrf_k + 1`` so that rank 1 in one leg is worth 1.0, like a strong raw
-   score (otherwise RRF's values, ~0.016, would vanish beside the base score).
+4. **Fusion** (``fuse``): ``max`` (the default) takes a hit's highest leg
+   score, ``rrf`` sums rescaled reciprocal ranks, ``sum`` adds keyword and
+   vector. Raw BM25 and cosine are on different scales, so when both are
+   fused each is rescaled over its own candidates and a keyword score is
+   weighted by how much of the question the concept covers; a keyword-only
+   recall keeps raw BM25. ``tests/bench/recall_quality.py`` measures them.
 5. **Scores**: ``final = 0.5 * base + 0.5 * relevance`` where ``base`` is the
-   concept's standing in the session (``base_score``). Query hits that are
+   concept's standing in the session (``base_parts``). Query hits that are
    Canonical sort first; then by final score, then id.
 6. **The recent rule**: the recent leg must never push a real match out of
    the top k. A hit the recent leg lifted (its score rose because of the
@@ -33,11 +36,18 @@ A recall runs in this order:
    placed after every hit the question names.
 7. **Expansion**: breadth-first from the top ``top_k`` hits to
    ``traversal_depth`` hops over Dependency, Causal (produces, modifies),
-   Hierarchical, CoOccurrence and Semantic edges; concepts reached this way
+   Hierarchical, CoOccurrence and Semantic edges, holding at most
+   ``max(20, 4 * top_k)`` concepts (nearest first); concepts reached this way
    carry relevance 0 and compete on their base score alone.
-8. **The result**: the first ``top_k`` hits, their warning lines, the context
-   block (``context.render_context``), and each returned hit's access counted
-   in RAM (``ACCESS_COUNTS``; the daemon writes them behind).
+8. **Contradictions** (``select_with_contradictions``, rules in
+   ``contradiction.py``): a contradicted hit warns and has the contradicting
+   concept beside it (``companion_of``); a contradicted Canonical or Venerable
+   candidate is kept past top_k; a hit citing a contradicted concept says it
+   rests on one. Checked on every recall (the daemon's list and its budget
+   are not built yet). None of this on dependency answers.
+9. **The result**: the hits, their warning lines, the context block
+   (``context.render_context``), and each returned hit's access counted in
+   RAM (``ACCESS_COUNTS``; the daemon writes them behind).
 
 The legs' raw results are cached per session (128 entries, keyed on the graph
 version), so a repeated query costs only the ranking.
@@ -45,6 +55,7 @@ version), so a repeated query costs only the ranking.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import re
 import threading
@@ -102,7 +113,10 @@ EXPAND_EDGE_TYPES = (
     EdgeType.COOCCURRENCE,
     EdgeType.SEMANTIC,
 )
-EXPAND_LIMIT = 200  # concepts an expansion may add, seeds included
+# concepts an expansion holds, seeds included: max(EXPAND_MIN, top_k * EXPAND_PER_HIT), in
+# breadth-first order (nearer concepts first); reached concepts compete on base score alone
+EXPAND_MIN = 20
+EXPAND_PER_HIT = 4
 LEG_CACHE_SIZE = 128
 DEPENDENCY_ANSWER_RELEVANCE = 1.0  # the dependents are the answer to the question
 
@@ -434,6 +448,72 @@ class BaseParts:
         )
 
 
+EdgeSummary = tuple[int, float, float, frozenset[str]]
+
+
+class EdgeView:
+    """Every edge touching a concept, read straight from the graph's per-type adjacency.
+
+    ``SessionGraph.edges_in/edges_out`` build a list per call and hash an
+    Enum per edge type; scoring a hundred candidates per recall that way cost
+    most of the recall. This holds the per-type dicts once per recall (types no
+    concept has are skipped), and keeps each concept's summary until the
+    graph's version changes (``_SUMMARIES``), so a read-mostly session scores a
+    concept it has seen before with one lookup.
+    """
+
+    def __init__(self, graph: SessionGraph) -> None:
+        out: dict[EdgeType, dict[str, dict[str, Any]]] = graph._out
+        inn: dict[EdgeType, dict[str, dict[str, Any]]] = graph._in
+        self.sides = [
+            (EDGE_BONUS.get(t, 0.0), t is EdgeType.DERIVES, side[t])
+            for t in EdgeType
+            for side in (out, inn)
+            if side[t]
+        ]
+        self.cache = _summary_cache(graph)
+
+    def summary(self, node_id: str) -> EdgeSummary:
+        """(edge count, edge bonus, latest edge time, interactions that wrote an edge)."""
+        found = self.cache.get(node_id)
+        if found is not None:
+            return found
+        count, bonus, last = 0, 0.0, -math.inf
+        touched: set[str] = set()
+        for weight, derives, by_node in self.sides:
+            peers = by_node.get(node_id)
+            if not peers:
+                continue
+            count += len(peers)
+            bonus += weight * len(peers)
+            for edge in peers.values():
+                if edge.created_at > last:
+                    last = edge.created_at
+                if edge.interaction_id:
+                    touched.add(edge.interaction_id)
+                if derives:
+                    touched.add(edge.src)
+        result = (count, bonus, last, frozenset(touched))
+        if len(self.cache) < SUMMARY_CACHE_SIZE:
+            self.cache[node_id] = result
+        return result
+
+
+SUMMARY_CACHE_SIZE = 20_000  # about 6 MB at most
+_SUMMARIES: weakref.WeakKeyDictionary[SessionGraph, tuple[int, dict[str, EdgeSummary]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _summary_cache(graph: SessionGraph) -> dict[str, EdgeSummary]:
+    """The edge summaries cached for the graph's current version (a fresh dict after a change)."""
+    with _STATS_LOCK:
+        held = _SUMMARIES.get(graph)
+        if held is None or held[0] != graph.version:
+            held = _SUMMARIES[graph] = (graph.version, {})
+        return held[1]
+
+
 def base_parts(
     graph: SessionGraph,
     concept: Concept,
@@ -442,6 +522,7 @@ def base_parts(
     max_degree: int,
     interactions: int,
     pending_access: int = 0,
+    view: EdgeView | None = None,
 ) -> BaseParts:
     """A concept's standing in its session, in [-0.10, 1.40] (the 0.2.2 weights).
 
@@ -451,26 +532,18 @@ def base_parts(
     count / the session's highest) + an edge bonus (capped at 0.25) + a type
     offset.
     """
-    edges = graph.edges_in(concept.id) + graph.edges_out(concept.id)
-    last = concept.created_at
-    touched: set[str] = set()
-    if concept.interaction_id:
-        touched.add(concept.interaction_id)
-    bonus = 0.0
-    for edge in edges:
-        last = max(last, edge.created_at)
-        if edge.interaction_id:
-            touched.add(edge.interaction_id)
-        if edge.edge_type is EdgeType.DERIVES:
-            touched.add(edge.src)
-        bonus += EDGE_BONUS.get(edge.edge_type, 0.0)
+    count, bonus, last, written = (view or EdgeView(graph)).summary(concept.id)
+    last = max(last, concept.created_at)
+    touched = len(written)
+    if concept.interaction_id and concept.interaction_id not in written:
+        touched += 1
     age = max(0.0, now - last)
-    top = max(max_degree, len(edges))
+    top = max(max_degree, count)
     return BaseParts(
         recency=0.25 * 0.5 ** (age / RECENCY_HALF_LIFE_S),
         frequency=0.20 * min(1.0, (concept.access_count + pending_access) / 10.0),
-        activity=0.20 * min(1.0, len(touched) / interactions) if interactions else 0.0,
-        density=0.35 * (len(edges) / top) if top else 0.0,
+        activity=0.20 * min(1.0, touched / interactions) if interactions else 0.0,
+        density=0.35 * (count / top) if top else 0.0,
         edge_bonus=min(bonus, EDGE_BONUS_CAP),
         type_offset=TYPE_OFFSET[concept.concept_type],
     )
@@ -543,26 +616,54 @@ def _vector_state(session: Session) -> tuple[Any, str | None]:
         )
 
 
+# A matrix this large takes long enough to scan that the keyword search runs beside it
+# in a worker thread (sqlite and numpy's BLAS both release the GIL).
+PARALLEL_LEGS_ROWS = 20_000
+_LEG_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_LEG_POOL_LOCK = threading.Lock()
+
+
+def _leg_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _LEG_POOL
+    with _LEG_POOL_LOCK:
+        if _LEG_POOL is None:
+            _LEG_POOL = concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="lambo-recall-keyword"
+            )
+        return _LEG_POOL
+
+
+def _keyword_leg(index: SessionIndex, query: str, depth: int) -> list[tuple[str, float]]:
+    text = keyword_query(query)
+    if not text:
+        return []
+    try:
+        return index.keywords.search(text, depth)
+    except LamboError:
+        raise
+    except Exception as exc:
+        raise StoreError(
+            "the keyword search failed; the detail was logged", detail=repr(exc)
+        ) from None
+
+
 def run_legs(
     session: Session, query: str, depth: int, legs: Collection[str], embedder: Any
 ) -> LegResults:
     """Run the query legs (no lock held for the keyword and vector searches)."""
     index = session.index
     out = LegResults(depth=depth)
+    matrix = index.vectors if LEG_VECTOR in legs and embedder is not None else None
+    if matrix is not None and len(matrix) == 0:
+        matrix = None
+    pending: concurrent.futures.Future[list[tuple[str, float]]] | None = None
     if LEG_KEYWORD in legs:
-        text = keyword_query(query)
-        if text:
-            try:
-                out.keyword = index.keywords.search(text, depth)
-            except LamboError:
-                raise
-            except Exception as exc:
-                raise StoreError(
-                    "the keyword search failed; the detail was logged", detail=repr(exc)
-                ) from None
-    if LEG_VECTOR in legs and embedder is not None:
-        matrix = index.vectors
-        if matrix is not None and len(matrix) > 0:
+        if matrix is not None and len(matrix) >= PARALLEL_LEGS_ROWS:
+            pending = _leg_pool().submit(_keyword_leg, index, query, depth)
+        else:
+            out.keyword = _keyword_leg(index, query, depth)
+    try:
+        if matrix is not None:
             vector = embedder.embed_query(query)
             if vector.shape[-1] != matrix.dim:
                 raise StoreError(
@@ -572,6 +673,9 @@ def run_legs(
                 )
             out.vector = matrix.top_k(vector, depth)
             out.vector_ran = True
+    finally:
+        if pending is not None:
+            out.keyword = pending.result()
     if LEG_RECENT in legs:
         with index.lock:
             out.recent = _recent_leg(index.graph, depth)
@@ -636,11 +740,21 @@ def _min_max(hits: Sequence[tuple[str, float]], floor: float) -> dict[str, float
 FUSION_METHODS = ("max", "rrf", "sum")
 
 
+_ASCII_TERM = re.compile(r"[a-z0-9]+")
+
+
+def terms_of(text: str) -> set[str]:
+    """The keyword tokenizer's terms of ``text`` (a regex does it for plain ASCII)."""
+    if text.isascii():
+        return set(_ASCII_TERM.findall(text.lower()))
+    return set(tokenize(text))
+
+
 def coverage(wanted: Collection[str], content: str) -> float:
     """The share of the question's content words (``wanted``) the concept's text contains."""
     if not wanted:
         return 1.0
-    return len(set(wanted) & set(tokenize(content))) / len(wanted)
+    return len(set(wanted) & terms_of(content)) / len(wanted)
 
 
 def fuse(
@@ -746,6 +860,7 @@ class _Scorer:
         self.now = now
         self.max_degree = _max_degree(self.graph, monotonic_now)
         self.interactions = interaction_count(self.graph)
+        self.view = EdgeView(self.graph)
 
     def score(self, cand: Candidate) -> bool:
         """Fill ``cand``'s base and final score; False if the concept is gone."""
@@ -759,6 +874,7 @@ class _Scorer:
             max_degree=self.max_degree,
             interactions=self.interactions,
             pending_access=ACCESS_COUNTS.pending(self.session, cand.node_id),
+            view=self.view,
         )
         cand.base = parts.total
         cand.score = 0.5 * cand.base + 0.5 * cand.relevance
@@ -1070,9 +1186,8 @@ def recall(
         ranked = order_candidates(live)
         if request.traversal_depth > 0 and ranked:
             seeds = [c.node_id for c in ranked[: request.top_k]]
-            reached = graph.expand(
-                seeds, request.traversal_depth, EXPAND_EDGE_TYPES, limit=EXPAND_LIMIT
-            )
+            limit = max(EXPAND_MIN, request.top_k * EXPAND_PER_HIT)
+            reached = graph.expand(seeds, request.traversal_depth, EXPAND_EDGE_TYPES, limit=limit)
             extra = []
             for node_id in reached:
                 if node_id in candidates:

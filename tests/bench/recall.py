@@ -1,0 +1,325 @@
+"""lambo_recall latency at 1k, 10k and 100k concepts. Run by hand: ``python tests/bench/recall.py``.
+
+Builds (once, cached under /tmp/lambo-bench) a SQLite session per size through
+the store directly, not the write pipeline: short texts over a Zipf
+vocabulary, precomputed random unit vectors, five concepts per interaction
+(a DERIVES edge each, CoOccurrence between them) and a Dependency edge from
+about half the concepts to an earlier one. Then it opens the session
+(``SessionIndex`` rebuilt from the store, as a serve does) and times whole
+``recall`` calls with the default arguments (top_k 5, traversal_depth 2,
+max_tokens 500, fusion max), each with a query no earlier call used, so
+neither the leg cache nor the query-embedding cache answers:
+
+- **excluding the query embedding**: the embedder hands back a precomputed
+  random unit vector for each query text;
+- **including it**: the real MiniLM int8 model embeds each query (only when
+  ``--dim`` is its 384).
+
+Beside them, in the same run and interleaved with the recalls, the numpy
+bandwidth floor: one ``M @ q`` over the same matrix the vector leg reads.
+Prints p50 and p95 per size and the p50 ratio to the floor; asserts nothing.
+Targets: p50 <= 5 ms at 10k excluding the embedding; <= 1.3x the floor at 100k.
+
+Options: ``--dim D`` (default 384), ``--reps N`` (default 201), ``--sizes``,
+``--rebuild``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from lambo_core.embed.base import EmbeddingContract, make_contract  # noqa: E402
+from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
+from lambo_core.embed.pull import import_model  # noqa: E402
+from lambo_core.model import (  # noqa: E402
+    Concept,
+    ConceptType,
+    Edge,
+    EdgeType,
+    Interaction,
+    InteractionKind,
+    WriteBatch,
+)
+from lambo_core.recall import ACCESS_COUNTS, RecallDefaults, recall  # noqa: E402
+from lambo_core.session import EmbedderPlan, Session  # noqa: E402
+from lambo_core.store import SqliteStore  # noqa: E402
+from lambo_core.text import canonical_key  # noqa: E402
+from tests.embed_fixtures import minilm_source_dir  # noqa: E402
+
+SESSION = "bench"
+VOCAB = 20_000
+WORDS_PER_DOC = 8
+PER_INTERACTION = 5
+BATCH = 1000
+CACHE_DIR = Path("/tmp/lambo-bench")
+CONTRACT = make_contract("random", "bench", 0)
+T0 = 1_760_000_000.0
+TYPES = list(ConceptType)
+
+
+def vocabulary(rng: np.random.Generator) -> list[str]:
+    """Distinct pronounceable words, most common first."""
+    cons, vows = "bcdfghjklmnprstvz", "aeiou"
+    words: dict[str, None] = {}
+    while len(words) < VOCAB:
+        n = int(rng.integers(2, 5))
+        word = "".join(
+            cons[int(rng.integers(len(cons)))] + vows[int(rng.integers(len(vows)))]
+            for _ in range(n)
+        )
+        words.setdefault(word, None)
+    return list(words)
+
+
+def zipf(rng: np.random.Generator, count: int) -> npt.NDArray[np.int64]:
+    weights = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
+    return rng.choice(VOCAB, size=count, p=weights / weights.sum())
+
+
+def uuid_from(rng: np.random.Generator) -> str:
+    h = rng.bytes(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-a{h[17:20]}-{h[20:32]}"
+
+
+def _edge(inter: Interaction, src: str, dst: str, kind: EdgeType, weight: float = 1.0) -> Edge:
+    t = inter.created_at
+    return Edge(SESSION, src, dst, kind, weight, inter.id, "bench", t, t)
+
+
+def build(path: Path, n: int, dim: int) -> None:
+    rng = np.random.default_rng(20240611)
+    words = vocabulary(rng)
+    tmp = path.with_suffix(".building")
+    for leftover in tmp.parent.glob(tmp.name + "*"):
+        leftover.unlink()
+    store = SqliteStore(tmp)
+    store.ensure_session(SESSION, T0)
+    store.stamp_contract(SESSION, dict(make_contract("random", "bench", dim)))
+    ids: list[str] = []
+    t0 = time.perf_counter()
+    for start in range(0, n, BATCH):
+        count = min(BATCH, n - start)
+        vecs = rng.standard_normal((count, dim), dtype=np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        ranks = zipf(rng, count * WORDS_PER_DOC).reshape(count, WORDS_PER_DOC)
+        for first in range(0, count, PER_INTERACTION):  # one interaction: one batch
+            now = T0 + start + first
+            inter = Interaction(
+                uuid_from(rng), SESSION, "bench", InteractionKind.DERIVE, now, now, "bench"
+            )
+            concepts: list[Concept] = []
+            edges: list[Edge] = []
+            for i in range(first, min(first + PER_INTERACTION, count)):
+                text = " ".join(words[r] for r in ranks[i]) + f" item{start + i}"
+                node = uuid_from(rng)
+                concepts.append(
+                    Concept(
+                        id=node,
+                        session=SESSION,
+                        content=text,
+                        canonical_key=canonical_key(text),
+                        concept_type=TYPES[int(rng.integers(len(TYPES)))],
+                        created_at=now,
+                        about_time=now,
+                        agent_id="bench",
+                        interaction_id=inter.id,
+                        vector=vecs[i],
+                    )
+                )
+                edges.append(_edge(inter, inter.id, node, EdgeType.DERIVES))
+                edges.extend(
+                    _edge(inter, c.id, node, EdgeType.COOCCURRENCE, 0.5) for c in concepts[:-1]
+                )
+                if ids and rng.random() < 0.5:  # depends on an earlier concept: acyclic
+                    dst = ids[int(rng.integers(len(ids)))]
+                    edges.append(_edge(inter, node, dst, EdgeType.DEPENDENCY))
+                ids.append(node)
+            store.apply(WriteBatch(SESSION, interaction=inter, concepts=concepts, edges=edges))
+        if (start // BATCH) % 20 == 0:
+            print(f"  built {start + count:>7} / {n}  ({time.perf_counter() - t0:.1f} s)")
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        leftover = Path(str(tmp) + suffix)
+        if leftover.exists():
+            leftover.unlink()
+    tmp.rename(path)
+    print(f"  built {n} concepts in {time.perf_counter() - t0:.1f} s -> {path}")
+
+
+class SwitchEmbedder:
+    """Hands out precomputed query vectors, or the real model's when ``real`` is set."""
+
+    def __init__(self, dim: int, model: OnnxEmbedder | None) -> None:
+        self._dim = dim
+        self.model = model
+        self.real = False
+        self.prepared: dict[str, npt.NDArray[np.float32]] = {}
+
+    @property
+    def contract(self) -> EmbeddingContract:
+        return make_contract("random", "bench", self._dim)
+
+    @property
+    def modalities(self) -> list[str]:
+        return ["text"]
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def merge_threshold(self) -> float:
+        return 0.99
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return np.stack([self.embed_query(t) for t in texts])
+
+    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        if self.real:
+            assert self.model is not None
+            return self.model.embed([text])[0]  # uncached: every call runs the model
+        return self.prepared[text]
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1e3
+
+
+def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None) -> dict[str, Any]:
+    rng = np.random.default_rng(n)
+    words = vocabulary(np.random.default_rng(20240611))
+    embedder = SwitchEmbedder(dim, model)
+    store = SqliteStore(path)
+    t0 = time.perf_counter()
+    session = Session.open(store, SESSION, EmbedderPlan.ready(embedder))
+    assert session.plan.lazy is not None and session.plan.lazy.wait(10)
+    open_s = time.perf_counter() - t0
+    matrix = session.index.vectors
+    assert matrix is not None and len(matrix) == n
+    defaults = RecallDefaults()
+
+    def query_text(i: int, tag: str) -> str:
+        terms = [words[int(r)] for r in rng.integers(50, 5000, size=3)]
+        return " ".join(terms) + f" {tag}{i}"  # a fresh text each call: no cache answers
+
+    def prepare(text: str) -> None:
+        q = rng.standard_normal(dim).astype(np.float32)
+        embedder.prepared[text] = q / np.linalg.norm(q)
+
+    for i in range(5):  # warm: BLAS threads, FTS pages, the session-wide degree table
+        text = query_text(i, "warm")
+        prepare(text)
+        recall(session, {"agent_id": "b", "query": text}, defaults=defaults)
+    floor: list[float] = []
+    excl: list[float] = []
+    incl: list[float] = []
+    hits: list[int] = []
+    mat = matrix.rows()
+    for i in range(reps):
+        q = rng.standard_normal(dim).astype(np.float32)
+        q /= np.linalg.norm(q)
+        t = time.perf_counter()
+        mat @ q
+        floor.append(time.perf_counter() - t)
+        text = query_text(i, "x")
+        prepare(text)
+        embedder.real = False
+        t = time.perf_counter()
+        result = recall(session, {"agent_id": "b", "query": text}, defaults=defaults)
+        excl.append(time.perf_counter() - t)
+        hits.append(len(result.hits))
+        if model is not None:
+            text = query_text(i, "y")
+            embedder.real = True
+            t = time.perf_counter()
+            recall(session, {"agent_id": "b", "query": text}, defaults=defaults)
+            incl.append(time.perf_counter() - t)
+            embedder.real = False
+        ACCESS_COUNTS.drain(session)
+    store.close()
+    out: dict[str, Any] = {
+        "n": n,
+        "open_s": open_s,
+        "edges": session.index.graph.edge_count,
+        "floor": (percentile(floor, 0.5), percentile(floor, 0.95)),
+        "excl": (percentile(excl, 0.5), percentile(excl, 0.95)),
+        "hits": statistics.mean(hits),
+    }
+    if incl:
+        out["incl"] = (percentile(incl, 0.5), percentile(incl, 0.95))
+    return out
+
+
+def load_model(dim: int) -> OnnxEmbedder | None:
+    if dim != 384:
+        return None
+    workdir = Path(tempfile.mkdtemp(prefix="lambo-bench-minilm-"))
+    model_dir = import_model(
+        minilm_source_dir(workdir / "src"), "minilm", workdir / "models", pooling="mean"
+    )
+    return OnnxEmbedder(model_dir, threads=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--reps", type=int, default=201)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--rebuild", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    for n in sizes:
+        path = CACHE_DIR / f"recall-{n}-{args.dim}.db"
+        if args.rebuild and path.exists():
+            path.unlink()
+        if not path.exists():
+            print(f"building {path} ...")
+            build(path, n, args.dim)
+    model = load_model(args.dim)
+    rows = [
+        measure(CACHE_DIR / f"recall-{n}-{args.dim}.db", n, args.dim, args.reps, model)
+        for n in sizes
+    ]
+    print()
+    print(
+        f"lambo recall latency: {args.dim}-d vectors, SQLite/FTS5, top_k 5, traversal_depth 2, "
+        f"max_tokens 500, fusion max; {args.reps} calls per size"
+    )
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", "default")
+    print(f"cpus {os.cpu_count()}, OPENBLAS_NUM_THREADS={threads}, numpy {np.__version__}")
+    print()
+    print(
+        f"{'concepts':>9}{'edges':>9}{'floor p50':>11}{'excl p50':>10}{'excl p95':>10}"
+        f"{'x floor':>9}{'incl p50':>10}{'incl p95':>10}  target"
+    )
+    print("-" * 90)
+    for r in rows:
+        incl = r.get("incl")
+        incl_cells = f"{incl[0]:>10.2f}{incl[1]:>10.2f}" if incl else f"{'n/a':>10}{'n/a':>10}"
+        target = {10_000: "excl p50 <= 5 ms", 100_000: "<= 1.3x floor"}.get(r["n"], "")
+        print(
+            f"{r['n']:>9}{r['edges']:>9}{r['floor'][0]:>11.2f}{r['excl'][0]:>10.2f}"
+            f"{r['excl'][1]:>10.2f}{r['excl'][0] / r['floor'][0]:>8.2f}x{incl_cells}  {target}"
+        )
+    print()
+    print("times in ms; floor = one numpy M @ q over the session's matrix, same run")
+
+
+if __name__ == "__main__":
+    main()
