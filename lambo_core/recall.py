@@ -16,8 +16,7 @@ A recall runs in this order:
    - vector: cosine of the query's embedding against the session's matrix,
      up to ``top_k * 4`` hits; only when the session embeds and the model has
      loaded (a read never waits for a loading model: it runs without this
-     leg and says so in a warning). On a large matrix the keyword search runs
-     beside the scan in a worker thread;
+     leg and says so in a warning);
    - recent: the concepts of the 3 most recent interactions at a fixed 0.5,
      at most ``top_k * 4`` of them.
 
@@ -55,7 +54,6 @@ version), so a repeated query costs only the ranking.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import re
 import threading
@@ -616,23 +614,6 @@ def _vector_state(session: Session) -> tuple[Any, str | None]:
         )
 
 
-# A matrix this large takes long enough to scan that the keyword search runs beside it
-# in a worker thread (sqlite and numpy's BLAS both release the GIL).
-PARALLEL_LEGS_ROWS = 20_000
-_LEG_POOL: concurrent.futures.ThreadPoolExecutor | None = None
-_LEG_POOL_LOCK = threading.Lock()
-
-
-def _leg_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _LEG_POOL
-    with _LEG_POOL_LOCK:
-        if _LEG_POOL is None:
-            _LEG_POOL = concurrent.futures.ThreadPoolExecutor(
-                max_workers=2, thread_name_prefix="lambo-recall-keyword"
-            )
-        return _LEG_POOL
-
-
 def _keyword_leg(index: SessionIndex, query: str, depth: int) -> list[tuple[str, float]]:
     text = keyword_query(query)
     if not text:
@@ -650,32 +631,26 @@ def _keyword_leg(index: SessionIndex, query: str, depth: int) -> list[tuple[str,
 def run_legs(
     session: Session, query: str, depth: int, legs: Collection[str], embedder: Any
 ) -> LegResults:
-    """Run the query legs (no lock held for the keyword and vector searches)."""
+    """Run the query legs (no lock held for the keyword and vector searches).
+
+    One after the other: numpy's BLAS already spreads the scan over the cores,
+    and a keyword search beside it in a thread measured slower, not faster.
+    """
     index = session.index
     out = LegResults(depth=depth)
-    matrix = index.vectors if LEG_VECTOR in legs and embedder is not None else None
-    if matrix is not None and len(matrix) == 0:
-        matrix = None
-    pending: concurrent.futures.Future[list[tuple[str, float]]] | None = None
     if LEG_KEYWORD in legs:
-        if matrix is not None and len(matrix) >= PARALLEL_LEGS_ROWS:
-            pending = _leg_pool().submit(_keyword_leg, index, query, depth)
-        else:
-            out.keyword = _keyword_leg(index, query, depth)
-    try:
-        if matrix is not None:
-            vector = embedder.embed_query(query)
-            if vector.shape[-1] != matrix.dim:
-                raise StoreError(
-                    f"the query vector has width {vector.shape[-1]} and the session's vectors "
-                    f"{matrix.dim}; re-check the session's embedding contract (lambo_stats) "
-                    "and retry"
-                )
-            out.vector = matrix.top_k(vector, depth)
-            out.vector_ran = True
-    finally:
-        if pending is not None:
-            out.keyword = pending.result()
+        out.keyword = _keyword_leg(index, query, depth)
+    matrix = index.vectors if LEG_VECTOR in legs and embedder is not None else None
+    if matrix is not None and len(matrix) > 0:
+        vector = embedder.embed_query(query)
+        if vector.shape[-1] != matrix.dim:
+            raise StoreError(
+                f"the query vector has width {vector.shape[-1]} and the session's vectors "
+                f"{matrix.dim}; re-check the session's embedding contract (lambo_stats) "
+                "and retry"
+            )
+        out.vector = matrix.top_k(vector, depth)
+        out.vector_ran = True
     if LEG_RECENT in legs:
         with index.lock:
             out.recent = _recent_leg(index.graph, depth)
@@ -913,6 +888,9 @@ DEPENDENCY_MARKERS: tuple[tuple[str, ...], ...] = tuple(
         "what would break if",
     )
 )
+# Every marker phrase contains one of these (a quick test before tokenizing).
+_MARKER_HINTS = ("depend", "blast", "safe to", "uses", "relies", "break")
+assert all(any(h in " ".join(m) for h in _MARKER_HINTS) for m in DEPENDENCY_MARKERS)
 MAX_NAME_TOKENS = 64  # longest name (in tokens) looked for in a question
 MAX_OCCURRENCES = 256  # a candidate named more often falls through to ordinary recall
 SECURITY_GROUP = ("security", "group")
@@ -1031,6 +1009,9 @@ def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor 
     length. A question naming nothing but "security group" takes the security
     group with the most dependents.
     """
+    folded = query.casefold()
+    if not any(hint in folded for hint in _MARKER_HINTS):
+        return None  # no marker phrase can be in it: skip the tokenizer
     text = unicodedata.normalize("NFC", query)
     tokens = question_tokens(text)
     markers = _markers(tokens)
@@ -1084,8 +1065,8 @@ def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor 
             best = (rank, occ.node_id, dependents)
     if best is not None:
         return DependencyAnchor(best[1], best[2], "named")
-    folded = [t.folded.removesuffix("s") for t in tokens]
-    says_sg = any(tuple(folded[i : i + 2]) == SECURITY_GROUP for i in range(len(folded) - 1))
+    singular = [t.folded.removesuffix("s") for t in tokens]
+    says_sg = any(tuple(singular[i : i + 2]) == SECURITY_GROUP for i in range(len(singular) - 1))
     return _security_group(graph) if says_sg else None
 
 

@@ -872,22 +872,6 @@ def test_fused_legs_rank_a_word_match_and_a_meaning_match(hybrid: Session, fusio
     assert named == sorted(named, reverse=True)
 
 
-def test_keyword_leg_beside_the_vector_scan_gives_the_same_answer(
-    hybrid: Session, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import lambo_core.recall as recall_module
-
-    question = "how long do API tokens live"
-    alone = ask(hybrid, question, traversal_depth=0)
-    ACCESS_COUNTS.drain(hybrid)
-    monkeypatch.setattr(recall_module, "PARALLEL_LEGS_ROWS", 1)
-    monkeypatch.setattr(recall_module, "_LEG_CACHES", __import__("weakref").WeakKeyDictionary())
-    beside = ask(hybrid, question, traversal_depth=0)
-    # (the wall clock moved between the two calls: recency differs in the 9th decimal)
-    assert [h["node_id"] for h in beside.hits] == [h["node_id"] for h in alone.hits]
-    assert [round(h["score"], 6) for h in beside.hits] == [round(h["score"], 6) for h in alone.hits]
-
-
 def test_repeated_query_uses_the_leg_cache_and_sees_new_writes(hybrid: Session) -> None:
     first = ask(hybrid, "postgres version", traversal_depth=0)
     again = ask(hybrid, "postgres version", traversal_depth=0)
