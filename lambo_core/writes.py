@@ -62,6 +62,7 @@ from .model import (
     new_id,
     short_id,
 )
+from .recall import ACCESS_COUNTS
 from .receipts import ReceiptState, ReceiptView, render_line
 from .references import refuse_changed, still_names
 from .session import Session
@@ -73,6 +74,7 @@ COOCCURRENCE_PAIRS_PER_CALL = 10
 COOCCURRENCE_WEIGHT = 0.5
 MERGE_CANDIDATES = 8
 APPLY_SAMPLES = 256
+ACCESS_FLUSH_INTERVAL_S = 1.0  # write-behind of recall access counts
 # Replacement candidates (spec: lambo_derive, "Replacement candidates").
 REPLACEABLE_TYPES = frozenset({ConceptType.LOGIC, ConceptType.CONSTRAINT, ConceptType.OBSERVATION})
 CANDIDATES_PER_CONCEPT = 3
@@ -238,6 +240,7 @@ class WritePipeline:
         self._queue: queue.Queue[WriteIntent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._apply_ms: deque[float] = deque(maxlen=APPLY_SAMPLES)
+        self._last_access_flush = time.monotonic()
         self._lock = threading.Lock()
         self.replayed = 0
         self.replay_owed = 0
@@ -321,8 +324,13 @@ class WritePipeline:
     # -- the worker ------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            intent = self._queue.get()
+            try:
+                intent = self._queue.get(timeout=ACCESS_FLUSH_INTERVAL_S)
+            except queue.Empty:
+                self.flush_access_counts()
+                continue
             if intent is None:
+                self.flush_access_counts()
                 return
             try:
                 self._apply_one(intent)
@@ -330,6 +338,31 @@ class WritePipeline:
                 with self._idle:
                     self._in_flight -= 1
                     self._idle.notify_all()
+            if time.monotonic() - self._last_access_flush >= ACCESS_FLUSH_INTERVAL_S:
+                self.flush_access_counts()
+
+    def flush_access_counts(self) -> int:
+        """Write the access counts recalls left in RAM behind, on this (the writer's) thread.
+
+        Recalls never write to the store; their counts are batched here about
+        once a second. A failed flush hands the counts back for the next one.
+        """
+        self._last_access_flush = time.monotonic()
+        counts = ACCESS_COUNTS.drain(self.session)
+        if not counts:
+            return 0
+        try:
+            self.session.store.add_access_counts(self.session.name, counts)
+        except LamboError as exc:
+            log.warning("access counts not flushed (kept for the next flush): %s", exc.detail)
+            ACCESS_COUNTS.restore(self.session, counts)
+            return 0
+        with self.session.index.lock:
+            for node_id, n in counts.items():
+                concept = self.session.index.graph.concept(node_id)
+                if concept is not None:
+                    concept.access_count += n
+        return len(counts)
 
     def _apply_one(self, intent: WriteIntent) -> None:
         session = self.session

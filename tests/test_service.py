@@ -158,3 +158,19 @@ def test_stats_refusals(service: MemoryService, args: dict[str, Any], text: str)
 def test_unknown_tool(service: MemoryService) -> None:
     with pytest.raises(UnknownTool):
         call(service, "lambo_nope", agent_id="a")
+
+
+def test_recall_access_counts_are_written_behind(service: MemoryService) -> None:
+    derive(service, "the lease TTL is 45 seconds")
+    assert service.pipeline.wait_idle(10)
+    recalled = call(service, "lambo_recall", agent_id="a", query="lease TTL")
+    assert recalled.structured is not None
+    (node,) = [h["node_id"] for h in recalled.structured["hits"]]
+    stored = service.session.store.get_concept("s", node)
+    assert stored is not None and stored.access_count == 0  # the read wrote nothing
+    assert service.pipeline.flush_access_counts() == 1
+    stored = service.session.store.get_concept("s", node)
+    assert stored is not None and stored.access_count == 1
+    concept = service.session.index.graph.concept(node)
+    assert concept is not None and concept.access_count == 1
+    assert service.pipeline.flush_access_counts() == 0  # nothing twice
