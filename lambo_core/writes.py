@@ -239,7 +239,9 @@ class WritePipeline:
         self._admit_lock = threading.Lock()
         self._queue: queue.Queue[WriteIntent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        # Ack to applied (what a wait_ms must cover), and the worker's own time per write.
         self._apply_ms: deque[float] = deque(maxlen=APPLY_SAMPLES)
+        self._work_ms: deque[float] = deque(maxlen=APPLY_SAMPLES)
         self._last_access_flush = time.monotonic()
         self._lock = threading.Lock()
         self.replayed = 0
@@ -400,6 +402,7 @@ class WritePipeline:
             else:
                 self.applied += 1
                 self._apply_ms.append((session.clock.now() - intent.created_at) * 1000.0)
+                self._work_ms.append(elapsed_ms)
         log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
         session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
@@ -560,10 +563,14 @@ class WritePipeline:
         book = self.session.receipts.stats()
         with self._lock:
             samples = sorted(self._apply_ms)
+            work = list(self._work_ms)
             replayed, owed = self.replayed, self.replay_owed
         p50 = statistics.median(samples) if samples else None
         p90 = samples[min(len(samples) - 1, int(0.9 * len(samples)))] if samples else None
-        serial_rate = (1000.0 / p50) if p50 else None
+        # Writes one worker applies per second, from its own time per write (not the
+        # ack-to-applied time, which also counts the wait behind queued writes).
+        work_p50 = statistics.median(work) if work else None
+        serial_rate = (1000.0 / work_p50) if work_p50 else None
         keys: dict[str, Any] = {
             "write_queue_bound": book.bound,
             "write_queue_lane_bound": book.lane_bound,
