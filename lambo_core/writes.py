@@ -39,6 +39,7 @@ import threading
 import time
 import unicodedata
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +217,13 @@ class _Plan:
     against_targets: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Periodic:
+    interval_s: float
+    job: Callable[[], object]
+    next_at: float
+
+
 class _TransientFailure(LamboError):
     """The embedder did not answer: the receipt fails, the intent is kept for the next server."""
 
@@ -242,7 +250,6 @@ class WritePipeline:
         # Ack to applied (what a wait_ms must cover), and the worker's own time per write.
         self._apply_ms: deque[float] = deque(maxlen=APPLY_SAMPLES)
         self._work_ms: deque[float] = deque(maxlen=APPLY_SAMPLES)
-        self._last_access_flush = time.monotonic()
         self._lock = threading.Lock()
         self.replayed = 0
         self.replay_owed = 0
@@ -250,6 +257,8 @@ class WritePipeline:
         self.failed = 0
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
+        self._periodic: list[_Periodic] = []
+        self.every(ACCESS_FLUSH_INTERVAL_S, self.flush_access_counts)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> WritePipeline:
@@ -324,12 +333,39 @@ class WritePipeline:
         return render_ack(admitted.summary, receipt, admitted.agent_id)
 
     # -- the worker ------------------------------------------------------------------------
+    def every(self, interval_s: float, job: Callable[[], object]) -> None:
+        """Run ``job`` on the writer thread about every ``interval_s`` seconds.
+
+        Background work that writes (access counts, the daemon's cycles) runs
+        here, between writes, so the session keeps exactly one writer.
+        """
+        with self._lock:
+            self._periodic.append(_Periodic(interval_s, job, time.monotonic() + interval_s))
+
+    def _run_due(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [p for p in self._periodic if p.next_at <= now]
+        for periodic in due:
+            periodic.next_at = now + periodic.interval_s
+            try:
+                periodic.job()
+            except Exception:  # a background job's fault must not stop the writer
+                log.exception("background job %r failed", periodic.job)
+
+    def _next_wait(self) -> float:
+        with self._lock:
+            if not self._periodic:
+                return ACCESS_FLUSH_INTERVAL_S
+            soonest = min(p.next_at for p in self._periodic)
+        return max(0.0, min(ACCESS_FLUSH_INTERVAL_S, soonest - time.monotonic()))
+
     def _run(self) -> None:
         while True:
             try:
-                intent = self._queue.get(timeout=ACCESS_FLUSH_INTERVAL_S)
+                intent = self._queue.get(timeout=self._next_wait())
             except queue.Empty:
-                self.flush_access_counts()
+                self._run_due()
                 continue
             if intent is None:
                 self.flush_access_counts()
@@ -340,8 +376,7 @@ class WritePipeline:
                 with self._idle:
                     self._in_flight -= 1
                     self._idle.notify_all()
-            if time.monotonic() - self._last_access_flush >= ACCESS_FLUSH_INTERVAL_S:
-                self.flush_access_counts()
+            self._run_due()
 
     def flush_access_counts(self) -> int:
         """Write the access counts recalls left in RAM behind, on this (the writer's) thread.
@@ -349,7 +384,6 @@ class WritePipeline:
         Recalls never write to the store; their counts are batched here about
         once a second. A failed flush hands the counts back for the next one.
         """
-        self._last_access_flush = time.monotonic()
         counts = ACCESS_COUNTS.drain(self.session)
         if not counts:
             return 0

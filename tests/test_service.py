@@ -174,3 +174,18 @@ def test_recall_access_counts_are_written_behind(service: MemoryService) -> None
     concept = service.session.index.graph.concept(node)
     assert concept is not None and concept.access_count == 1
     assert service.pipeline.flush_access_counts() == 0  # nothing twice
+
+
+def test_background_jobs_run_on_the_writer_thread(service: MemoryService) -> None:
+    import threading
+
+    ran = threading.Event()
+    threads: list[str] = []
+
+    def job() -> None:
+        threads.append(threading.current_thread().name)
+        ran.set()
+
+    service.pipeline.every(0.01, job)
+    assert ran.wait(10)
+    assert threads[0].startswith("lambo-apply-")
