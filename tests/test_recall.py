@@ -684,6 +684,41 @@ def test_a_dependency_answer_carries_no_contradiction_lines_and_counts_access(
 
 
 # =====================================================================================
+# the session-wide degree: inline when small, refreshed in the background when large
+# =====================================================================================
+
+
+def test_a_large_session_refreshes_the_highest_degree_off_the_read_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    import lambo_core.recall as recall_module
+
+    monkeypatch.setattr(recall_module._SessionStats, "LARGE", 1)
+    monkeypatch.setattr(recall_module._SessionStats, "REFRESH_S", 0.0)
+    mem = Mem()
+    mem.write([(nid(1), "hub concept", "entity")])
+    session = mem.session()
+    graph = session.index.graph
+    assert recall_module._max_degree(graph, 0.0) == 1  # the first read computes inline
+    with session.index.lock:  # a write: three dependents of the hub
+        for i in range(3):
+            graph.add_concept(
+                Concept(nid(10 + i), "s", f"d{i}", f"d{i}", ConceptType.LOGIC, T0, T0, "a")
+            )
+            graph.add_edge(
+                Edge("s", nid(10 + i), nid(1), EdgeType.DEPENDENCY, 1.0, None, "a", T0, T0)
+            )
+    assert recall_module._max_degree(graph, 1.0) == 1  # stale at once, refresh started
+    for _ in range(200):
+        if recall_module._max_degree(graph, 2.0) == 4:
+            break
+        time.sleep(0.01)
+    assert recall_module._max_degree(graph, 3.0) == 4
+
+
+# =====================================================================================
 # access counts stay in RAM
 # =====================================================================================
 

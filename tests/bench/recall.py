@@ -302,7 +302,11 @@ def main() -> None:
         f"max_tokens 500, fusion max; {args.reps} calls per size"
     )
     threads = os.environ.get("OPENBLAS_NUM_THREADS", "default")
-    print(f"cpus {os.cpu_count()}, OPENBLAS_NUM_THREADS={threads}, numpy {np.__version__}")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"cpus {os.cpu_count()}, OPENBLAS_NUM_THREADS={threads}, numpy {np.__version__}, "
+        f"load average at the end {load} (a shared machine skews every column)"
+    )
     print()
     print(
         f"{'concepts':>9}{'edges':>9}{'floor p50':>11}{'excl p50':>10}{'excl p95':>10}"
