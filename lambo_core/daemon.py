@@ -1,0 +1,185 @@
+"""One daemon per session: canonization cycles, the contradiction list, and sweeps.
+
+Spec: "Contradiction warnings" (the warning "is found by the background
+daemon, so it appears from the daemon's next cycle after the write"; the
+contradiction budget #196), lambo_stats (``canonization_cycles``), and the
+canonization rules in ``canon.py``.
+
+``Daemon.cycle`` is one pass, run on the session's single writer thread
+(``attach`` registers it with ``WritePipeline.every`` at
+``[canonization] cycle_interval_s``), so it never races the apply worker:
+
+1. a canonization cycle (``canon.run_cycle``): at most one step per concept,
+   each persisted and recorded as a canonization event;
+2. the contradiction list recall reads: every concept a contradiction
+   currently fires on (``contradiction.contradictions``), at most
+   ``contradiction_budget`` of them kept, Canonical first, then Venerable,
+   Candidate and the rest, newest contradiction first within a status; the
+   rest are counted in ``contradictions_dropped``;
+3. the sweeps in ``sweeps`` (garbage collection's hook), each called with
+   ``(session, now)``.
+
+Every time it reads comes from one injectable clock (``clock``, the
+session's by default), so tests drive cycles by calling ``cycle()`` on a
+``ManualClock`` without sleeping. The other background jobs of a session run
+on the same writer thread on their own schedules: the write-behind of recall
+access counts (``WritePipeline.flush_access_counts``, about once a second)
+and the lease heartbeat (``hub.LeaseKeeper``).
+
+The daemon registers itself per session (``daemon_for``), so readers that
+hold only the session (recall, stats) can reach its list and counters.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .canon import RANK, CanonRules, CycleReport, CycleState, run_cycle
+from .clock import Clock
+from .config import Config
+from .contradiction import ContradictionInfo, contradictions
+from .model import EdgeType
+
+if TYPE_CHECKING:
+    from .session import Session
+    from .writes import WritePipeline
+
+log = logging.getLogger(__name__)
+
+# A sweep the daemon runs after each cycle: ``(session, now) -> anything``.
+Sweep = Callable[["Session", float], object]
+
+CONTRADICTION_CHUNK = 2048  # targets checked per hold of the index lock
+
+
+class Daemon:
+    """The background work of one session, one ``cycle()`` at a time."""
+
+    def __init__(
+        self,
+        session: Session,
+        config: Config | CanonRules | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.session = session
+        self.config = config if isinstance(config, Config) else None
+        if isinstance(config, CanonRules):
+            self.rules = config
+        elif config is not None:
+            self.rules = CanonRules.from_config(config)
+        else:
+            self.rules = CanonRules()
+        self.clock: Clock = clock or session.clock
+        # Garbage collection's hook: each is called with (session, now) after a cycle.
+        self.sweeps: list[Sweep] = []
+        self._state = CycleState()
+        self._lock = threading.Lock()  # the counters and the list, read from other threads
+        self.cycles = 0
+        self.promotions = 0
+        self.demotions = 0
+        self.failed_cycles = 0  # cycles a store refusal stopped early
+        self.last_report: CycleReport | None = None
+        self._contradictions: dict[str, ContradictionInfo] = {}
+        self.contradictions_dropped = 0
+        with _REGISTRY_LOCK:
+            _DAEMONS[session] = self
+
+    def attach(self, pipeline: WritePipeline) -> Daemon:
+        """Run ``cycle`` on the pipeline's writer thread every ``cycle_interval_s``."""
+        pipeline.every(self.rules.cycle_interval_s, self.cycle)
+        return self
+
+    # -- the cycle ---------------------------------------------------------------------
+    def cycle(self) -> CycleReport:
+        """One pass: canonization, the contradiction list, then the sweeps."""
+        now = self.clock.now()
+        report = run_cycle(self.session, self.rules, now, self._state)
+        listed, dropped = self._measure_contradictions(now)
+        for sweep in list(self.sweeps):
+            try:
+                sweep(self.session, now)
+            except Exception:  # one failing sweep must not stop the cycle's bookkeeping
+                log.exception("session %s: sweep %r failed", self.session.name, sweep)
+        with self._lock:
+            self.cycles += 1
+            self.promotions += report.promotions
+            self.demotions += report.demotions
+            self.failed_cycles += report.failed is not None
+            self.last_report = report
+            self._contradictions = listed
+            self.contradictions_dropped = dropped
+        return report
+
+    def _measure_contradictions(self, now: float) -> tuple[dict[str, ContradictionInfo], int]:
+        """Every concept a contradiction fires on now, within the budget; and how many were cut."""
+        index = self.session.index
+        with index.lock:
+            graph = index.graph
+            contradicted: dict[str, Any] = graph._in[EdgeType.CONTRADICTS]
+            targets = [node for node in contradicted if node in graph]
+        found: list[tuple[int, float, str, ContradictionInfo]] = []
+        min_age = self.rules.edge_min_age_s
+        for start in range(0, len(targets), CONTRADICTION_CHUNK):
+            with index.lock:
+                graph = index.graph
+                for node_id in targets[start : start + CONTRADICTION_CHUNK]:
+                    concept = graph.concept(node_id)
+                    if concept is None:
+                        continue
+                    firing = contradictions(graph, node_id, now, min_age)
+                    if firing:
+                        info = firing[0]
+                        found.append((-RANK[concept.status], -info.at, node_id, info))
+        found.sort(key=lambda row: row[:3])
+        budget = self.rules.contradiction_budget
+        kept = {node_id: info for *_, node_id, info in found[:budget]}
+        return kept, max(0, len(found) - budget)
+
+    # -- what readers ask ----------------------------------------------------------------
+    def listed(self, node_id: str) -> bool:
+        """Whether the daemon's last cycle listed a contradiction on ``node_id``.
+
+        Recall warns on a hit only when it is listed (the warning appears from
+        the daemon's next cycle after the write) and the contradiction still
+        fires when re-checked at recall time (it lapses by itself).
+        """
+        with self._lock:
+            return node_id in self._contradictions
+
+    def contradiction(self, node_id: str) -> ContradictionInfo | None:
+        """The contradiction the last cycle listed on ``node_id`` (as of that cycle)."""
+        with self._lock:
+            return self._contradictions.get(node_id)
+
+    def contradiction_count(self) -> int:
+        with self._lock:
+            return len(self._contradictions)
+
+    def counters(self) -> dict[str, Any]:
+        """The figures lambo_stats reports beside ``promotion_policy``."""
+        with self._lock:
+            last = self.last_report
+            return {
+                "canonization_cycles": self.cycles,
+                "canonization_promotions": self.promotions,
+                "canonization_demotions": self.demotions,
+                "canonization_last_cycle_ms": (
+                    round(last.elapsed_ms, 3) if last is not None else None
+                ),
+                "contradictions_listed": len(self._contradictions),
+                "contradictions_dropped": self.contradictions_dropped,
+            }
+
+
+_DAEMONS: weakref.WeakKeyDictionary[Session, Daemon] = weakref.WeakKeyDictionary()
+_REGISTRY_LOCK = threading.Lock()
+
+
+def daemon_for(session: Session) -> Daemon | None:
+    """The daemon running for ``session`` in this process, if any (the latest one made)."""
+    with _REGISTRY_LOCK:
+        return _DAEMONS.get(session)
