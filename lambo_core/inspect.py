@@ -30,10 +30,13 @@ edge type both ways to ``depth`` hops that keeps at most 200 neighbours in
 all (not per hop) and says when it stopped. Each edge walked is rendered
 once, at most 400 lines.
 
-**Admission**: canonization does not run in this version, so the section
-reports the policy, the status, the next stage and ``eligible: false`` with
-that reason; it measures no gates and invents none (the canonization work
-fills in ``checks``).
+**Admission** (``canon.admission_section``): the canonization line under the
+running policy, ``<status> -> <next> eligible`` or ``refused``, one reason per
+failing gate, and the structured ``admission`` (policy, status, next, eligible,
+checks, solo under Solo, reasons), each gate measured the way the next cycle
+measures it. It ends with ``last demotion <time>: superseded by ... / budget``
+when the concept was demoted. If the store cannot answer, ``admission`` is null
+and a warning says why; the rest of the result is unaffected.
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .args import check_arguments, check_int, require
+from .canon import CanonRules, admission_section
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, contradictions
-from .errors import ReferenceRefused
+from .errors import ReferenceRefused, StoreError
 from .index.graph import SessionGraph
 from .model import Concept, Edge, EdgeType, Status, short_id
 from .recall import (
@@ -82,11 +86,6 @@ SNIPPET_CHARS = 80
 
 ResolvedBy = Literal["node_id", "content", "short_id", "substring"]
 
-STAGES = (Status.NONE, Status.CANDIDATE, Status.VENERABLE, Status.CANONICAL)
-NOT_RUNNING = (
-    "not evaluated: canonization does not run in this version of lambo, so no gate is "
-    "measured and no concept is promoted"
-)
 
 _EDGE_VERBS = {
     EdgeType.DEPENDENCY: "depends on",
@@ -319,30 +318,21 @@ def refuse_focus(focus: str, res: Resolution) -> ReferenceRefused:
 # =====================================================================================
 
 
-def _admission(status: Status, policy: str) -> tuple[str, list[str], dict[str, Any]]:
-    """The canonization section: heading, reason lines and the structured ``admission``."""
-    shown_policy = policy.capitalize()
-    if status is Status.CANONICAL:
-        reason = "Canonical is the last stage; there is no next promotion"
-        data: dict[str, Any] = {
-            "policy": shown_policy,
-            "status": status.label,
-            "eligible": False,
-            "checks": [],
-            "reasons": [reason],
-        }
-        return f"canonization ({shown_policy}): {status.label}", [reason], data
-    following = STAGES[STAGES.index(status) + 1]
-    data = {
-        "policy": shown_policy,
-        "status": status.label,
-        "next": following.label,
-        "eligible": False,
-        "checks": [],
-        "reasons": [NOT_RUNNING],
-    }
-    head = f"canonization ({shown_policy}): {status.label} -> {following.label} refused"
-    return head, [NOT_RUNNING], data
+def _admission(
+    session: Session, node_id: str, now: float, rules: CanonRules
+) -> tuple[list[str], dict[str, Any] | None, str | None]:
+    """The canonization section: its lines, the structured ``admission``, or a warning."""
+    try:
+        lines, data = admission_section(session, node_id, now, rules)
+    except StoreError as exc:
+        if exc.detail:
+            log.warning("inspect admission: %s", exc.detail)
+        warning = (
+            f"canonization: the store did not answer ({exc.render()}), so the admission "
+            "section is left out"
+        )
+        return [], None, warning
+    return lines, data, None
 
 
 def _end(graph: SessionGraph, node_id: str, focus_id: str) -> str:
@@ -370,6 +360,7 @@ def render(
     *,
     promotion_policy: str,
     edge_min_age: float,
+    canon_rules: CanonRules | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The inspect result for a resolved focus (lock held)."""
     graph = session.index.graph
@@ -417,9 +408,15 @@ def render(
         lines.append(f"  … and {radius - len(dependents)} more (dependents_truncated)")
 
     # admission
-    head, reasons, admission = _admission(concept.status, promotion_policy)
-    lines.append(head)
-    lines += [f"  - {reason}" for reason in reasons]
+    rules = canon_rules or CanonRules(
+        policy="solo" if promotion_policy.lower() == "solo" else "swarm",
+        edge_min_age_s=edge_min_age,
+    )
+    admission_text, admission, unanswered = _admission(session, node_id, now, rules)
+    lines += admission_text
+    if unanswered is not None:
+        lines.append(unanswered)
+        warnings.append(unanswered)
 
     # neighbourhood
     neighbourhood = graph.neighbours(node_id, request.depth, NEIGHBOURS_MAX)
@@ -516,11 +513,14 @@ def run_inspect(
     *,
     promotion_policy: str,
     edge_min_age: float = DEFAULT_EDGE_MIN_AGE_S,
+    canon_rules: CanonRules | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Answer one lambo_inspect call: (text, structuredContent).
 
     ``promotion_policy`` is the running policy ("swarm" or "solo");
-    ``edge_min_age`` the canonization age floor the contradiction rule uses.
+    ``edge_min_age`` the canonization age floor the contradiction rule uses;
+    ``canon_rules`` every ``[canonization]`` setting the admission gates
+    measure with (when absent: the defaults under that policy and age floor).
     """
     request = parse_request(session, args)
     index = session.index
@@ -534,6 +534,7 @@ def run_inspect(
                 request,
                 promotion_policy=promotion_policy,
                 edge_min_age=edge_min_age,
+                canon_rules=canon_rules,
             )
         raise refuse_focus(request.focus, res)
 

@@ -10,7 +10,7 @@ import pytest
 
 from lambo_core.clock import ManualClock
 from lambo_core.errors import LamboError, ParameterError, ReferenceRefused
-from lambo_core.inspect import NOT_RUNNING, SCAN_CAP, run_inspect
+from lambo_core.inspect import SCAN_CAP, run_inspect
 from lambo_core.model import (
     Concept,
     ConceptType,
@@ -127,7 +127,8 @@ def test_inspect_renders_label_dependents_admission_and_edges(world: World) -> N
         f'  {short_id(login)} "login reads the users table" [Logic] (depends on it)',
         f'  {short_id(column)} "users.email column" [Entity] (its parent_of child)',
         "canonization (Swarm): None -> Candidate refused",
-        f"  - {NOT_RUNNING}",
+        # the dependents were written 0s ago: none is past the 60s age floor yet
+        "  - stage 1: dependents from 0 other interactions, needs at least 1",
         "neighbourhood (depth 2): 3 concepts, 3 edges",
         f'  hop 1: this depends on {short_id(pg)} "postgres 16"',
         f'  hop 1: {short_id(login)} "login reads the users table" depends on this',
@@ -147,8 +148,17 @@ def test_inspect_renders_label_dependents_admission_and_edges(world: World) -> N
         "status": "None",
         "next": "Candidate",
         "eligible": False,
-        "checks": [],
-        "reasons": [NOT_RUNNING],
+        "checks": [
+            {
+                "gate": "dependents",
+                "stage": 1,
+                "current": 0,
+                "bar": 1,
+                "comparison": ">=",
+                "met": False,
+            }
+        ],
+        "reasons": ["stage 1: dependents from 0 other interactions, needs at least 1"],
     }
     assert [(n["node_id"], n["hop"]) for n in data["neighbours"]] == [
         (pg, 1),
