@@ -21,6 +21,7 @@ import anyio.to_thread
 
 from .clock import SystemClock
 from .config import Config
+from .daemon import Daemon
 from .errors import ConfigError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.server import build_server
@@ -53,7 +54,9 @@ def open_service(store: Store, config: Config, options: ServeOptions) -> MemoryS
     pipeline = WritePipeline(
         session, edge_min_age_s=float(config.get("canonization.edge_min_age_s"))
     ).start()
-    return MemoryService(session, pipeline, config)
+    # The daemon's cycles run on the pipeline's writer thread, every cycle_interval_s.
+    daemon = Daemon(session, config).attach(pipeline)
+    return MemoryService(session, pipeline, config, daemon)
 
 
 def stop_service(service: MemoryService, timeout: float = 15.0) -> None:

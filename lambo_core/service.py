@@ -19,7 +19,9 @@ from typing import Any
 import anyio
 
 from .args import check_arguments, clamp_int, require
+from .canon import CanonRules
 from .config import Config
+from .daemon import Daemon
 from .errors import LamboError, ParameterError, internal_fault
 from .inspect import run_inspect
 from .locks import LockTable, run_reserve
@@ -80,13 +82,21 @@ class UnknownTool(LamboError):
 class MemoryService:
     """The tools of one session, served from this process."""
 
-    def __init__(self, session: Session, pipeline: WritePipeline, config: Config) -> None:
+    def __init__(
+        self,
+        session: Session,
+        pipeline: WritePipeline,
+        config: Config,
+        daemon: Daemon | None = None,
+    ) -> None:
         self.session = session
         self.pipeline = pipeline
         self.config = config
+        self.daemon = daemon  # the session's background cycles; None: none runs here
         self._recall_defaults = RecallDefaults.from_config(config)
         self._edge_min_age = float(config.get("canonization.edge_min_age_s"))
         self._policy = str(config.get("canonization.promotion_policy")).capitalize()
+        self._canon_rules = daemon.rules if daemon is not None else CanonRules.from_config(config)
         self.locks = LockTable(session.clock)  # advisory, in RAM: gone with the hub
         self._handlers: dict[str, Handler] = {
             "lambo_recall": self._recall,
@@ -95,7 +105,11 @@ class MemoryService:
             "lambo_reserve": self._off_loop(lambda a: run_reserve(session, a, self.locks)),
             "lambo_inspect": self._off_loop(
                 lambda a: run_inspect(
-                    session, a, promotion_policy=self._policy, edge_min_age=self._edge_min_age
+                    session,
+                    a,
+                    promotion_policy=self._policy,
+                    edge_min_age=self._edge_min_age,
+                    canon_rules=self._canon_rules,
                 )
             ),
             "lambo_stale": self._off_loop(
@@ -218,7 +232,10 @@ class MemoryService:
             "dead_lettered": 0,
             "degraded": False,
             "promotion_policy": self._policy,
+            # the daemon's own counters; 0 where no daemon runs (no cycle has run)
             "canonization_cycles": 0,
+            "canonization_promotions": 0,
+            "canonization_demotions": 0,
             "canonical_count": canonical,
             "embedding_contract": dict(session.contract),
             "embedding_modalities": session.modalities,
@@ -231,6 +248,8 @@ class MemoryService:
                 "last_sweep": None,
             },
         }
+        if self.daemon is not None:
+            payload.update(self.daemon.counters())
         payload.update(self.pipeline.stats())
         return payload
 
