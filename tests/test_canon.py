@@ -1,0 +1,590 @@
+"""Canonization on an injected clock: the walk to Canonical under Swarm and Solo, the budget,
+supersession, and inspect's admission section. Cycles are driven by calling them; no sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lambo_core.canon import (
+    CanonRules,
+    DemotionLog,
+    admission,
+    admission_section,
+    aged_blast_radius,
+    measure_support,
+    superseded_history,
+)
+from lambo_core.clock import ManualClock
+from lambo_core.daemon import Daemon
+from lambo_core.errors import StoreError
+from lambo_core.inspect import run_inspect
+from lambo_core.model import Status, short_id
+from lambo_core.session import EmbedderPlan, Session
+from lambo_core.store import MemoryStore, SqliteStore
+from lambo_core.text import canonical_key, format_rfc3339
+from lambo_core.writes import WritePipeline
+
+T0 = 1_760_000_000.0
+PLAN = EmbedderPlan(lazy=None, contract=None)
+AGE = 60.0  # the default canonization_edge_min_age
+
+
+class World:
+    """A session written through the real pipeline, on a clock the test moves."""
+
+    def __init__(self, store: Any, rules: CanonRules | None = None) -> None:
+        self.store = store
+        self.clock = ManualClock(T0)
+        self.session = Session.open(store, "s", PLAN, clock=self.clock)
+        self.pipeline = WritePipeline(self.session).start()
+        self.rules = rules or CanonRules()
+        self.daemon = Daemon(self.session, self.rules)
+
+    @property
+    def graph(self) -> Any:
+        return self.session.index.graph
+
+    def submit(self, args: dict[str, Any], tool: str = "lambo_derive") -> None:
+        ack = self.pipeline.submit(tool, args)
+        assert ack.structured["receipt_state"] == "pending", ack.text
+        assert self.pipeline.wait_idle(10)
+
+    def derive(self, content: str, agent: str = "agent-a", **kw: Any) -> str:
+        concept = {"content": content, "concept_type": kw.pop("ctype", "logic"), **kw}
+        self.submit({"agent_id": agent, "concepts": [concept]})
+        return self.id_of(content)
+
+    def cite(self, target: str, agent: str, contents: Sequence[str]) -> None:
+        """One interaction by ``agent``: each of ``contents`` depends on ``target``."""
+        concepts = [
+            {"content": c, "concept_type": "logic", "depends_on": [target]} for c in contents
+        ]
+        self.submit({"agent_id": agent, "concepts": concepts})
+
+    def filler(self, n: int, agent: str = "agent-a") -> None:
+        concepts = [{"content": f"unrelated note {i}", "concept_type": "logic"} for i in range(n)]
+        self.submit({"agent_id": agent, "concepts": concepts})
+
+    def id_of(self, content: str) -> str:
+        found = self.graph.concepts_with_key(canonical_key(content))
+        assert len(found) == 1, content
+        return str(found[0].id)
+
+    def survive(self, node_id: str, sweeps: int = 3) -> None:
+        """As if garbage collection had swept ``sweeps`` times and kept the concept."""
+        with self.session.index.lock:
+            self.graph.concept(node_id).gc_survived = sweeps
+
+    def status(self, node_id: str) -> Status:
+        stored = self.store.get_concept("s", node_id)
+        assert stored is not None
+        held = self.graph.concept(node_id)
+        assert held.status is stored.status, "the graph mirrors the store"
+        return stored.status  # type: ignore[no-any-return]
+
+    def events(self, node_id: str) -> list[tuple[Status, Status, int | None, float]]:
+        return [
+            (e.from_status, e.to_status, e.blast_radius, e.occurred_at)
+            for e in self.store.canon_events("s")
+            if e.node_id == node_id
+        ]
+
+    def cycle(self, advance: float = 0.0) -> list[tuple[str, Status, Status]]:
+        self.clock.advance(advance)
+        report = self.daemon.cycle()
+        return [(s.node_id, s.from_status, s.to_status) for s in report.steps]
+
+    def inspect(self, focus: str) -> tuple[str, dict[str, Any]]:
+        return run_inspect(
+            self.session,
+            {"agent_id": "agent-a", "focus": focus},
+            promotion_policy=self.rules.policy,
+            edge_min_age=self.rules.edge_min_age_s,
+            canon_rules=self.rules,
+        )
+
+
+def _store(kind: str, tmp_path: Path) -> Any:
+    return MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "c.db")
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_world(tmp_path: Path) -> Iterator[Any]:
+    worlds: list[World] = []
+
+    def make(rules: CanonRules | None = None, kind: str = "memory") -> World:
+        w = World(_store(kind, tmp_path), rules)
+        worlds.append(w)
+        return w
+
+    yield make
+    for w in worlds:
+        w.pipeline.close()
+
+
+def cited_by_three_agents(world: World) -> str:
+    """'user schema' by agent-a; 10 s later agents b, c and d each cite it twice in one call."""
+    schema = world.derive("user schema", ctype="entity")
+    world.clock.advance(10)
+    for agent in ("agent-b", "agent-c", "agent-d"):
+        world.cite(schema, agent, [f"{agent} reads the users table", f"{agent} writes users"])
+    return schema
+
+
+# =====================================================================================
+# the walk
+# =====================================================================================
+
+
+def test_swarm_walks_candidate_venerable_canonical_one_step_a_cycle(
+    make_world: Any, store_kind: str
+) -> None:
+    world = make_world(kind=store_kind)
+    schema = cited_by_three_agents(world)
+    start = world.clock.now()
+
+    # the citations are younger than the age floor: nothing counts yet
+    assert world.cycle() == []
+    assert world.cycle(AGE - 1) == []
+    assert world.status(schema) is Status.NONE
+
+    assert world.cycle(1) == [(schema, Status.NONE, Status.CANDIDATE)]
+    assert world.cycle(1) == [(schema, Status.CANDIDATE, Status.VENERABLE)]
+    assert world.cycle(1) == [(schema, Status.VENERABLE, Status.CANONICAL)]
+    assert world.cycle(1) == []
+    assert world.status(schema) is Status.CANONICAL
+
+    # each hop is an event; the blast radius only on the promotion to Canonical
+    assert world.events(schema) == [
+        (Status.NONE, Status.CANDIDATE, None, start + AGE),
+        (Status.CANDIDATE, Status.VENERABLE, None, start + AGE + 1),
+        (Status.VENERABLE, Status.CANONICAL, 6, start + AGE + 2),
+    ]
+    # the dependents themselves have no support: they stay where they are
+    assert all(c.status is Status.NONE for c in world.graph.iter_concepts() if c.id != schema)
+    counters = world.daemon.counters()
+    assert counters["canonization_cycles"] == 6
+    assert counters["canonization_promotions"] == 3
+    assert counters["canonization_demotions"] == 0
+
+
+def test_each_gate_of_the_walk_is_what_inspect_reports(make_world: Any) -> None:
+    world = make_world()
+    schema = cited_by_three_agents(world)
+    text, data = world.inspect("user schema")
+    assert "canonization (Swarm): None -> Candidate refused" in text.split("\n")
+    assert "  - stage 1: dependents from 0 other interactions, needs at least 1" in text
+    world.clock.advance(AGE)
+    _, data = world.inspect("user schema")
+    assert data["admission"]["eligible"] is True and data["admission"]["reasons"] == []
+    world.cycle()
+    text, data = world.inspect("user schema")
+    assert "canonization (Swarm): Candidate -> Venerable eligible" in text.split("\n")
+    checks = {c["gate"]: c for c in data["admission"]["checks"]}
+    assert checks["dependents"] == {
+        "gate": "dependents",
+        "stage": 2,
+        "current": 3,
+        "bar": 3,
+        "comparison": ">=",
+        "met": True,
+    }
+    assert checks["agents"]["current"] == 3 and checks["agents"]["bar"] == 2
+    world.cycle()
+    _, data = world.inspect("user schema")
+    assert data["admission"]["next"] == "Canonical"
+    checks = {c["gate"]: c for c in data["admission"]["checks"]}
+    assert set(checks) == {"blast_radius", "cooldown", "canonical_budget"}
+    assert checks["blast_radius"]["current"] == 6 and checks["blast_radius"]["comparison"] == ">"
+    assert checks["cooldown"]["current"] is None and checks["cooldown"]["met"] is True
+    world.cycle()
+    text, data = world.inspect("user schema")
+    assert "canonization (Swarm): Canonical" in text.split("\n")
+    assert "next" not in data["admission"] and data["admission"]["eligible"] is False
+    assert schema == data["node_id"]
+
+
+def test_two_interactions_fail_stage_two_with_the_spec_reason(make_world: Any) -> None:
+    world = make_world()
+    schema = world.derive("user schema")
+    world.cite(schema, "agent-b", ["b reads it"])
+    world.cite(schema, "agent-c", ["c reads it"])
+    world.clock.advance(AGE)
+    world.cycle()
+    assert world.status(schema) is Status.CANDIDATE
+    assert world.cycle(1) == []
+    text, data = world.inspect("user schema")
+    assert "canonization (Swarm): Candidate -> Venerable refused" in text.split("\n")
+    assert "  - stage 2: dependents from 2 other interactions, needs at least 3" in text
+    assert data["admission"]["reasons"] == [
+        "stage 2: dependents from 2 other interactions, needs at least 3"
+    ]
+
+
+def test_swarm_needs_spread_across_agents_solo_does_not(make_world: Any) -> None:
+    """One agent citing its own concept from three interactions: Swarm stops at Candidate."""
+    for policy in ("swarm", "solo"):
+        world = make_world(CanonRules(policy=policy))
+        world.filler(20)
+        schema = world.derive("user schema")
+        for i in range(3):
+            world.cite(schema, "agent-a", [f"step {i} reads it", f"step {i} writes it"])
+        world.survive(schema)
+        world.clock.advance(AGE)
+        for _ in range(4):
+            world.cycle(1)
+        if policy == "swarm":
+            assert world.status(schema) is Status.CANDIDATE
+            _, data = world.inspect("user schema")
+            assert data["admission"]["reasons"] == [
+                "stage 2: dependents from 0 agents besides the writer, needs at least 2"
+            ]
+        else:
+            assert world.status(schema) is Status.CANONICAL
+
+
+def test_solo_walks_the_same_concept_to_canonical(make_world: Any) -> None:
+    world = make_world(CanonRules(policy="solo"))
+    world.filler(15)
+    schema = cited_by_three_agents(world)
+    start = world.clock.now()
+    assert world.cycle() == []
+    text, data = world.inspect("user schema")
+    assert "canonization (Solo): None -> Candidate refused" in text.split("\n")
+    solo = data["admission"]["solo"]
+    assert set(solo) == {
+        "recency",
+        "frequency",
+        "activity",
+        "density",
+        "edge_bonus",
+        "type_offset",
+        "score",
+        "percentile",
+        "bar",
+    }
+    assert solo["percentile"] == 90.0 and solo["score"] > solo["bar"]
+    gates = [c["gate"] for c in data["admission"]["checks"]]
+    assert gates == ["dependents", "session_concepts", "gc_survived", "score"]
+
+    # past the age floor, Solo still waits for the concept to outlive 3 sweeps
+    assert world.cycle(AGE) == []
+    _, data = world.inspect("user schema")
+    assert data["admission"]["reasons"] == [
+        "stage 1: survived 0 garbage-collection sweeps, needs at least 3"
+    ]
+    world.survive(schema)
+    assert world.cycle(1) == [(schema, Status.NONE, Status.CANDIDATE)]
+    assert world.cycle(1) == [(schema, Status.CANDIDATE, Status.VENERABLE)]
+    assert world.cycle(1) == [(schema, Status.VENERABLE, Status.CANONICAL)]
+    assert world.events(schema) == [
+        (Status.NONE, Status.CANDIDATE, None, start + AGE + 1),
+        (Status.CANDIDATE, Status.VENERABLE, None, start + AGE + 2),
+        (Status.VENERABLE, Status.CANONICAL, 6, start + AGE + 3),
+    ]
+
+
+def test_solo_refuses_a_small_session_and_a_low_score(make_world: Any) -> None:
+    world = make_world(CanonRules(policy="solo"))
+    schema = cited_by_three_agents(world)  # 7 concepts: under the 20 Solo asks for
+    world.clock.advance(AGE)
+    assert world.cycle() == []
+    _, data = world.inspect("user schema")
+    assert (
+        "stage 1: the session holds 7 non-canonical concepts, needs at least 20"
+        in (data["admission"]["reasons"])
+    )
+    # a dependent scores below the 90th percentile
+    world.filler(20)
+    _, data = world.inspect("agent-b reads the users table")
+    reasons = data["admission"]["reasons"]
+    assert any(r.startswith("stage 1: dependents from 0 other interactions") for r in reasons)
+    assert any("is not above the session's 90th percentile" in r for r in reasons)
+    assert world.status(schema) is Status.NONE
+
+
+# =====================================================================================
+# the Canonical budget
+# =====================================================================================
+
+
+def test_a_full_budget_is_the_failing_gate_in_inspect(make_world: Any) -> None:
+    world = make_world(CanonRules(canonical_budget=1))
+    first = cited_by_three_agents(world)
+    second = world.derive("billing ledger")
+    for agent in ("agent-b", "agent-c", "agent-d"):
+        world.cite(second, agent, [f"{agent} posts to the ledger", f"{agent} reads the ledger"])
+    world.clock.advance(AGE)
+    world.cycle()
+    world.cycle(1)
+    # both are Venerable now; the window has room for one, the larger radius first
+    assert world.status(first) is Status.VENERABLE and world.status(second) is Status.VENERABLE
+    promoted = world.cycle(1)
+    assert len(promoted) == 1 and promoted[0][2] is Status.CANONICAL
+    waiting = second if promoted[0][0] == first else first
+    assert world.cycle(1) == [] and world.cycle(100) == []
+
+    focus = world.graph.concept(waiting).content
+    text, data = world.inspect(focus)
+    lines = text.split("\n")
+    assert "canonization (Swarm): Venerable -> Canonical refused" in lines
+    assert (
+        "  - stage 3: the Canonical budget is full (1 of 1); no Stage 3 window runs while it is"
+        in lines
+    )
+    budget = next(c for c in data["admission"]["checks"] if c["gate"] == "canonical_budget")
+    assert budget == {
+        "gate": "canonical_budget",
+        "stage": 3,
+        "current": 1,
+        "bar": 1,
+        "comparison": "<",
+        "met": False,
+    }
+    assert data["admission"]["eligible"] is False
+    assert len(data["admission"]["reasons"]) == 1  # every other gate holds
+
+
+def test_over_the_budget_demotes_the_lowest_radius_and_says_budget(make_world: Any) -> None:
+    world = make_world()
+    big = cited_by_three_agents(world)
+    small = world.derive("billing ledger")
+    for agent in ("agent-b", "agent-c", "agent-d"):
+        world.cite(small, agent, [f"{agent} posts", f"{agent} reads", f"{agent} sums"][:2])
+    world.cite(big, "agent-e", ["e also reads the users table"])  # radius 7 against 6
+    world.clock.advance(AGE)
+    for _ in range(3):
+        world.cycle(1)
+    assert world.status(big) is Status.CANONICAL and world.status(small) is Status.CANONICAL
+
+    world.daemon.rules = replace(world.rules, canonical_budget=1)
+    world.rules = world.daemon.rules
+    demoted_at = world.clock.now() + 1
+    assert world.cycle(1) == [(small, Status.CANONICAL, Status.VENERABLE)]
+    assert world.events(small)[-1] == (Status.CANONICAL, Status.VENERABLE, None, demoted_at)
+    assert world.daemon.counters()["canonization_demotions"] == 1
+    text, data = world.inspect("billing ledger")
+    assert f"  last demotion {format_rfc3339(demoted_at)}: budget" in text.split("\n")
+    assert data["admission"]["last_demotion"] == {
+        "at": format_rfc3339(demoted_at),
+        "from": "Canonical",
+        "to": "Venerable",
+        "reason": "budget",
+    }
+    assert superseded_history(world.session, small) is None  # a budget demotion is no history
+
+    # back under a larger budget, the cooldown holds it for 300 s after the demotion
+    world.daemon.rules = world.rules = replace(world.rules, canonical_budget=5)
+    assert world.cycle(1) == []
+    _, data = world.inspect("billing ledger")
+    assert data["admission"]["reasons"] == ["stage 3: demoted 1s ago, waits 300s after a demotion"]
+    assert world.cycle(299) == [(small, Status.VENERABLE, Status.CANONICAL)]
+
+
+# =====================================================================================
+# supersession
+# =====================================================================================
+
+
+def superseding_world(make_world: Any, *, supersede: bool = True) -> tuple[World, str, str]:
+    world = make_world(CanonRules(supersede=supersede))
+    schema = cited_by_three_agents(world)
+    world.clock.advance(AGE)
+    for _ in range(3):
+        world.cycle(1)
+    assert world.status(schema) is Status.CANONICAL
+    world.clock.advance(10)
+    world.submit(
+        {
+            "agent_id": "agent-e",
+            "concepts": [
+                {
+                    "content": "accounts replaced the users table",
+                    "concept_type": "observation",
+                    "against": [schema],
+                }
+            ],
+        }
+    )
+    return world, schema, world.id_of("accounts replaced the users table")
+
+
+def schema_steps(world: World, schema: str, advance: float) -> list[tuple[Status, Status]]:
+    return [(a, b) for node, a, b in world.cycle(advance) if node == schema]
+
+
+def test_supersede_demotes_only_on_newer_support_by_other_agents(make_world: Any) -> None:
+    world, schema, accounts = superseding_world(make_world)
+    # no newer support at all: a contradiction alone never demotes anything
+    assert world.cycle(AGE) == []
+    # the contradicting agent's own support never counts for it, however much of it
+    # (it is still evidence for the concept's own promotion: agent-e is not its writer)
+    for i in range(3):
+        world.cite(accounts, "agent-e", [f"e migration step {i}"])
+    assert schema_steps(world, schema, AGE) == []
+    assert world.status(schema) is Status.CANONICAL
+    # three other agents' interactions: counted once past the age floor
+    for agent in ("agent-f", "agent-g", "agent-h"):
+        world.cite(accounts, agent, [f"{agent} reads accounts"])
+    assert schema_steps(world, schema, AGE - 1) == []
+    demoted_at = world.clock.now() + 1
+    assert schema_steps(world, schema, 1) == [(Status.CANONICAL, Status.VENERABLE)]
+    assert world.events(schema)[-1] == (Status.CANONICAL, Status.VENERABLE, None, demoted_at)
+
+    line = superseded_history(world.session, schema)
+    assert line is not None and line.kind == "superseded"
+    assert line.render() == (
+        f"⤓ Superseded at {format_rfc3339(demoted_at)} by "
+        f'"accounts replaced the users table" (id {short_id(accounts)})'
+    )
+    text, data = world.inspect("user schema")
+    lines = text.split("\n")
+    assert "canonization (Swarm): Venerable -> Canonical refused" in lines
+    assert f"  - stage 3: held: contradicted by {short_id(accounts)} with newer evidence" in lines
+    assert (
+        f"  last demotion {format_rfc3339(demoted_at)}: superseded by "
+        f'"accounts replaced the users table" (id {short_id(accounts)})'
+    ) in lines
+    assert data["admission"]["held"][0]["by"] == accounts
+    assert data["admission"]["last_demotion"]["reason"] == "superseded"
+    assert data["admission"]["last_demotion"]["by"] == accounts
+
+    # held at Venerable while the newer side holds, past the cooldown too
+    assert schema_steps(world, schema, 400) == []
+    # the contradicting agent cannot release the concept it contradicted
+    world.cite(schema, "agent-e", ["e still reads users"])
+    assert schema_steps(world, schema, AGE) == []
+    # newer support by another agent releases it
+    world.cite(schema, "agent-b", ["b reads users again"])
+    assert schema_steps(world, schema, AGE) == [(Status.VENERABLE, Status.CANONICAL)]
+    assert world.events(schema)[-1][2] == 8  # 6 + e's + b's citations
+    assert superseded_history(world.session, schema) is None  # Canonical again: no history line
+
+
+def test_supersede_off_never_demotes(make_world: Any) -> None:
+    world, schema, accounts = superseding_world(make_world, supersede=False)
+    for agent in ("agent-f", "agent-g", "agent-h"):
+        world.cite(accounts, agent, [f"{agent} reads accounts"])
+    world.cycle(AGE)
+    world.cycle(1)
+    assert world.status(schema) is Status.CANONICAL
+    _, data = world.inspect("user schema")
+    assert "held" not in data["admission"]
+
+
+def test_a_venerable_the_newer_side_would_supersede_waits(make_world: Any) -> None:
+    world = make_world(CanonRules(supersede=True))
+    schema = cited_by_three_agents(world)
+    world.clock.advance(AGE)
+    world.cycle()
+    world.cycle(1)
+    assert world.status(schema) is Status.VENERABLE
+    world.clock.advance(5)
+    accounts = world.derive("accounts replaced users", agent="agent-e", against=[schema])
+    for agent in ("agent-f", "agent-g", "agent-h"):
+        world.cite(accounts, agent, [f"{agent} reads accounts"])
+    assert world.cycle(AGE) == [(accounts, Status.NONE, Status.CANDIDATE)]
+    assert world.status(schema) is Status.VENERABLE
+    _, data = world.inspect("user schema")
+    assert data["admission"]["reasons"] == [
+        f"stage 3: held: contradicted by {short_id(accounts)} with newer evidence"
+    ]
+
+
+def test_supersession_is_rebuilt_from_the_stored_events(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.db")
+    world = World(store, CanonRules(supersede=True))
+    try:
+        schema = cited_by_three_agents(world)
+        world.clock.advance(AGE)
+        for _ in range(3):
+            world.cycle(1)
+        world.clock.advance(5)
+        accounts = world.derive("accounts replaced users", agent="agent-e", against=[schema])
+        for agent in ("agent-f", "agent-g", "agent-h"):
+            world.cite(accounts, agent, [f"{agent} reads accounts"])
+        world.cycle(AGE)
+        demoted = world.events(schema)[-1]
+        assert demoted[1] is Status.VENERABLE
+    finally:
+        world.pipeline.close()
+    reopened = Session.open(store, "s", PLAN, clock=world.clock)
+    line = superseded_history(reopened, schema)
+    assert line is not None and line.by == accounts and line.at == demoted[3]
+    rebuilt = DemotionLog.rebuild(
+        store.canon_events("s"), reopened.index.graph, CanonRules(supersede=True)
+    )
+    found = rebuilt.get(schema)
+    assert found is not None and found.reason == "superseded" and found.by == accounts
+
+
+def test_superseded_line_without_the_superseding_concept(make_world: Any) -> None:
+    world, schema, accounts = superseding_world(make_world)
+    for agent in ("agent-f", "agent-g", "agent-h"):
+        world.cite(accounts, agent, [f"{agent} reads accounts"])
+    world.cycle(AGE)
+    with world.session.index.lock:
+        world.graph.remove_concept(accounts)
+    line = superseded_history(world.session, schema)
+    assert line is not None and line.by_content is None
+    assert line.render().endswith(f"by a concept no longer in memory (id {short_id(accounts)})")
+
+
+# =====================================================================================
+# measuring, and a store that does not answer
+# =====================================================================================
+
+
+def test_evidence_written_with_the_concept_never_counts(make_world: Any) -> None:
+    world = make_world()
+    world.submit(
+        {
+            "agent_id": "agent-b",
+            "concepts": [{"content": "user schema", "concept_type": "entity"}],
+            "parent_of": [{"parent": "user schema", "child": "users.email column"}],
+        }
+    )
+    schema = world.id_of("user schema")
+    world.clock.advance(AGE)
+    with world.session.index.lock:
+        concept = world.graph.concept(schema)
+        support = measure_support(world.graph, concept, world.clock.now(), AGE)
+        radius = aged_blast_radius(world.graph, schema, world.clock.now(), AGE)
+    assert support.interactions == 0 and radius == 1
+
+
+def test_an_unanswering_store_leaves_admission_null(make_world: Any, monkeypatch: Any) -> None:
+    world = make_world()
+    world.derive("user schema")
+
+    def refuse(session: str) -> list[Any]:
+        raise StoreError("the store is not answering", detail="disk I/O error")
+
+    monkeypatch.setattr(world.store, "canon_events", refuse)
+    text, data = world.inspect("user schema")
+    assert data["admission"] is None
+    warning = (
+        "canonization: the store did not answer (store error: the store is not answering), "
+        "so the admission section is left out"
+    )
+    assert warning in data["warnings"] and warning in text.split("\n")
+    with pytest.raises(StoreError):
+        admission(world.session, world.id_of("user schema"), world.clock.now())
+
+
+def test_admission_section_lines_match_the_structured_reasons(make_world: Any) -> None:
+    world = make_world(CanonRules(policy="solo"))
+    node = world.derive("user schema")
+    lines, data = admission_section(world.session, node, world.clock.now(), world.rules)
+    assert lines[0] == "canonization (Solo): None -> Candidate refused"
+    assert lines[1:] == [f"  - {r}" for r in data["reasons"]]

@@ -1,0 +1,243 @@
+"""The session daemon: cycles on the writer thread, the contradiction list and its budget,
+the sweep hook, and what lambo_stats reports. Injected clock; cycles called directly."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from lambo_core.canon import CanonRules
+from lambo_core.clock import ManualClock
+from lambo_core.config import load_config
+from lambo_core.daemon import Daemon, daemon_for
+from lambo_core.errors import StoreError
+from lambo_core.model import Status
+from lambo_core.serve import ServeOptions, open_service, stop_service
+from lambo_core.service import MemoryService, ToolResult
+from lambo_core.session import EmbedderPlan, Session
+from lambo_core.store import MemoryStore
+from lambo_core.text import canonical_key
+from lambo_core.writes import WritePipeline
+
+T0 = 1_760_000_000.0
+PLAN = EmbedderPlan(lazy=None, contract=None)
+AGE = 60.0
+
+
+class World:
+    def __init__(self, rules: CanonRules | None = None) -> None:
+        self.store = MemoryStore()
+        self.clock = ManualClock(T0)
+        self.session = Session.open(self.store, "s", PLAN, clock=self.clock)
+        self.pipeline = WritePipeline(self.session).start()
+        self.daemon = Daemon(self.session, rules or CanonRules())
+
+    def submit(self, agent: str, concepts: list[dict[str, Any]]) -> None:
+        ack = self.pipeline.submit("lambo_derive", {"agent_id": agent, "concepts": concepts})
+        assert ack.structured["receipt_state"] == "pending", ack.text
+        assert self.pipeline.wait_idle(10)
+
+    def derive(self, content: str, agent: str = "agent-a", **kw: Any) -> str:
+        self.submit(agent, [{"content": content, "concept_type": "logic", **kw}])
+        found = self.session.index.graph.concepts_with_key(canonical_key(content))
+        assert len(found) == 1
+        return str(found[0].id)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    w = World()
+    yield w
+    w.pipeline.close()
+
+
+# =====================================================================================
+# the contradiction list
+# =====================================================================================
+
+
+def test_a_contradiction_is_listed_from_the_next_cycle(world: World) -> None:
+    schema = world.derive("user schema")
+    world.clock.advance(5)
+    accounts = world.derive("accounts replaced users", agent="agent-b", against=[schema])
+    assert not world.daemon.listed(schema)  # not on the write's own next read
+    world.daemon.cycle()
+    assert world.daemon.listed(schema) and not world.daemon.listed(accounts)
+    info = world.daemon.contradiction(schema)
+    assert info is not None and info.by == accounts and info.agent_id == "agent-b"
+    assert world.daemon.counters()["contradictions_listed"] == 1
+
+    # newer supporting evidence, once past the age floor, lapses it at the next cycle
+    world.clock.advance(5)
+    world.derive("login reads users", agent="agent-c", depends_on=[schema])
+    world.clock.advance(AGE - 1)
+    world.daemon.cycle()
+    assert world.daemon.listed(schema)
+    world.clock.advance(1)
+    world.daemon.cycle()
+    assert not world.daemon.listed(schema)
+
+
+def test_the_contradiction_budget_keeps_canonical_first_then_newest() -> None:
+    w = World(CanonRules(contradiction_budget=2))
+    try:
+        old = w.derive("old fact")
+        mid = w.derive("middle fact")
+        top = w.derive("pillar fact")
+        with w.session.index.lock:
+            w.session.index.graph.set_status(top, Status.CANONICAL)
+        for i, target in enumerate((top, old, mid)):
+            w.clock.advance(10)
+            w.derive(f"correction {i}", agent="agent-b", against=[target])
+        w.daemon.cycle()
+        # the Canonical one first, then the newest contradiction; the oldest is cut
+        assert w.daemon.listed(top) and w.daemon.listed(mid) and not w.daemon.listed(old)
+        counters = w.daemon.counters()
+        assert counters["contradictions_listed"] == 2
+        assert counters["contradictions_dropped"] == 1
+    finally:
+        w.pipeline.close()
+
+
+# =====================================================================================
+# the cycle: counters, the sweep hook, a store that refuses
+# =====================================================================================
+
+
+def test_sweeps_run_after_each_cycle_with_the_daemons_time(world: World) -> None:
+    seen: list[tuple[str, float]] = []
+
+    def failing(session: Session, now: float) -> None:
+        raise RuntimeError("boom")
+
+    world.daemon.sweeps += [failing, lambda s, now: seen.append((s.name, now))]
+    world.daemon.cycle()
+    world.clock.advance(7)
+    world.daemon.cycle()
+    assert seen == [("s", T0), ("s", T0 + 7)]
+    assert world.daemon.counters()["canonization_cycles"] == 2
+
+
+def test_a_store_refusal_stops_the_cycle_and_is_counted(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = world.derive("user schema")
+    for agent in ("agent-b", "agent-c", "agent-d"):
+        world.derive(f"{agent} reads it", agent=agent, depends_on=[schema])
+    world.clock.advance(AGE)
+
+    def refuse(*args: Any) -> None:
+        raise StoreError("the store is not answering")
+
+    monkeypatch.setattr(world.store, "set_status", refuse)
+    report = world.daemon.cycle()
+    assert report.failed == "store error: the store is not answering" and report.steps == []
+    assert world.session.index.graph.concept(schema).status is Status.NONE
+    assert world.daemon.counters()["canonization_cycles"] == 1
+    assert world.daemon.failed_cycles == 1
+    monkeypatch.undo()
+    assert [s.node_id for s in world.daemon.cycle().steps] == [schema]
+
+
+def test_the_daemon_registers_for_its_session(world: World) -> None:
+    assert daemon_for(world.session) is world.daemon
+    other = Session.open(MemoryStore(), "t", PLAN, clock=world.clock)
+    assert daemon_for(other) is None
+
+
+def test_attach_runs_cycles_on_the_writer_thread() -> None:
+    """The cycle goes through WritePipeline.every, so it runs on the apply worker's thread."""
+    w = World(CanonRules(cycle_interval_s=0.01))
+    ran = threading.Event()
+    threads: list[str] = []
+
+    def note(session: Session, now: float) -> None:
+        threads.append(threading.current_thread().name)
+        ran.set()
+
+    try:
+        w.daemon.sweeps.append(note)
+        w.daemon.attach(w.pipeline)
+        assert ran.wait(10), "the pipeline never ran the daemon's cycle"
+        assert threads[0] == "lambo-apply-s"
+        assert w.daemon.counters()["canonization_cycles"] >= 1
+    finally:
+        w.pipeline.close()
+
+
+# =====================================================================================
+# lambo_stats
+# =====================================================================================
+
+
+def call(service: MemoryService, tool: str, **args: Any) -> ToolResult:
+    async def go() -> ToolResult:
+        return await service.call(tool, args)
+
+    return anyio.run(go)
+
+
+def test_stats_report_the_policy_cycles_and_canonical_count(tmp_path: Path) -> None:
+    (tmp_path / "lambo.toml").write_text('[embedder]\nmatch_strategy = "canonical"\n')
+    config = load_config(
+        env={"LAMBO_HOME": str(tmp_path), "LAMBO_PROMOTION_POLICY": "solo"}, cwd=tmp_path
+    )
+    clock = ManualClock(T0)
+    session = Session.open(MemoryStore(), "s", EmbedderPlan.from_config(config), clock=clock)
+    pipeline = WritePipeline(session).start()
+    daemon = Daemon(session, config)
+    service = MemoryService(session, pipeline, config, daemon)
+    try:
+        body = call(service, "lambo_stats", agent_id="a").structured
+        assert body is not None
+        assert body["promotion_policy"] == "Solo" and daemon.rules.policy == "solo"
+        assert body["canonization_cycles"] == 0 and body["canonical_count"] == 0
+
+        concepts = [{"content": f"note {i}", "concept_type": "logic"} for i in range(20)]
+        pipeline.submit("lambo_derive", {"agent_id": "a", "concepts": concepts})
+        pipeline.submit(
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [{"content": "user schema", "concept_type": "entity"}]},
+        )
+        assert pipeline.wait_idle(10)
+        for agent in ("b", "c", "d"):
+            cites = [{"content": f"{agent} uses it {i}", "concept_type": "logic"} for i in range(2)]
+            for c in cites:
+                c["depends_on"] = ["user schema"]
+            pipeline.submit("lambo_derive", {"agent_id": agent, "concepts": cites})
+        assert pipeline.wait_idle(10)
+        with session.index.lock:  # as if garbage collection had kept it through 3 sweeps
+            (schema,) = session.index.graph.concepts_with_key(canonical_key("user schema"))
+            schema.gc_survived = 3
+        clock.advance(AGE)
+        for _ in range(3):
+            daemon.cycle()
+        result = call(service, "lambo_stats", agent_id="a")
+        body = result.structured
+        assert body is not None
+        assert body["canonization_cycles"] == 3
+        assert body["canonization_promotions"] == 3
+        assert body["canonical_count"] == 1
+        assert "canonization: promotion_policy Solo, 1 canonical, 3 cycles" in result.texts[0]
+    finally:
+        pipeline.close()
+
+
+def test_open_service_starts_the_daemon_on_the_pipeline(tmp_path: Path) -> None:
+    (tmp_path / "lambo.toml").write_text('[embedder]\nmatch_strategy = "canonical"\n')
+    config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+    service = open_service(MemoryStore(), config, ServeOptions(session="s"))
+    try:
+        assert service.daemon is not None
+        assert daemon_for(service.session) is service.daemon
+        jobs = [p.job for p in service.pipeline._periodic]
+        assert service.daemon.cycle in jobs
+        interval = next(p.interval_s for p in service.pipeline._periodic if p.job == jobs[-1])
+        assert interval == 60.0
+    finally:
+        stop_service(service)
