@@ -51,9 +51,10 @@ first Candidate after about three hours.
 **A cycle** (``run_cycle``) takes at most one step per concept: first
 demotions (Canonical over the budget, lowest blast radius first; with
 ``supersede`` on, Canonical concepts whose contradicting concept holds newer
-evidence), then the Stage 3 window if the budget has room (best first:
-blast radius under Swarm, score under Solo), Stage 2 over at most ``batch``
-Candidates in round-robin order, and Stage 1 (at most ``batch``, best first).
+evidence), then the Stage 3 window if the budget has room (best first: the largest
+blast radius under Swarm, the highest score under Solo), Stage 2 over at most
+``batch`` Candidates in round-robin order, and Stage 1 (at most ``batch``,
+best first: the most other interactions under Swarm, the score under Solo).
 Each step is persisted (``store.set_status``, then ``store.add_canon_event``)
 and mirrored into the graph under the index lock. A promotion to Canonical
 records the blast radius its gate measured; every other event records none.
@@ -84,7 +85,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -92,7 +93,15 @@ import numpy as np
 from .errors import LamboError
 from .index.graph import SessionGraph
 from .model import CanonizationEvent, Concept, Edge, EdgeType, Status, short_id
-from .recall import ACCESS_COUNTS, BaseParts, EdgeView, _degree_table, base_parts
+from .recall import (
+    ACCESS_COUNTS,
+    EDGE_BONUS,
+    EDGE_BONUS_CAP,
+    RECENCY_HALF_LIFE_S,
+    TYPE_OFFSET,
+    BaseParts,
+    base_parts,
+)
 from .text import format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -108,7 +117,6 @@ STAGES = (Status.NONE, Status.CANDIDATE, Status.VENERABLE, Status.CANONICAL)
 RANK = {status: i for i, status in enumerate(STAGES)}
 LAST_STAGE_REASON = "Canonical is the last stage; there is no next promotion"
 QUOTE_CHARS = 80
-SCORE_CHUNK = 4096  # concepts scored per hold of the index lock
 
 
 def next_status(status: Status) -> Status | None:
@@ -188,9 +196,14 @@ class Support:
 
 def supporting_edges(graph: SessionGraph, node_id: str) -> list[tuple[str, Edge]]:
     """(supporting concept, edge): its citing dependents, then its parent_of children."""
-    out = [(e.src, e) for e in graph.edges_in(node_id, (EdgeType.DEPENDENCY,))]
-    out += [(e.dst, e) for e in graph.edges_out(node_id, (EdgeType.HIERARCHICAL,))]
-    return [(other, e) for other, e in out if other != node_id and other in graph]
+    cited: Mapping[str, Edge] | None = graph._in[EdgeType.DEPENDENCY].get(node_id)
+    children: Mapping[str, Edge] | None = graph._out[EdgeType.HIERARCHICAL].get(node_id)
+    out: list[tuple[str, Edge]] = []
+    if cited:
+        out += [(src, e) for src, e in cited.items() if src != node_id and src in graph]
+    if children:
+        out += [(dst, e) for dst, e in children.items() if dst != node_id and dst in graph]
+    return out
 
 
 def _written_with(concept: Concept, supporter: Concept | None, edge: Edge) -> bool:
@@ -300,23 +313,30 @@ def newer_sides(
 # =====================================================================================
 
 
+SOLO_EXACT_MAX = 20_000  # up to this many concepts the bar is taken afresh at every change
+SOLO_BAR_MAX_AGE_S = 600.0  # past it, a bar is reused this long ...
+SOLO_BAR_MAX_DRIFT = 0.01  # ... while the session's size moved by at most this share
+
+
 @dataclass(frozen=True)
 class ScoreTable:
-    """Every concept's base score at one graph version, and the Solo bar (the percentile)."""
+    """The Solo bar (a percentile of every concept's base score) and the terms it used."""
 
     version: int
     at: float
-    scores: dict[str, float]
+    size: int  # concepts scored
     bar: float  # the configured percentile of the scores (inf for an empty session)
     max_degree: int  # the session-wide terms the scores were taken with
     interactions: int
 
-    def parts(self, session: Session, graph: SessionGraph, concept: Concept) -> BaseParts:
-        """One concept's score terms, with the same session-wide terms (lock held)."""
+    def parts(
+        self, session: Session, graph: SessionGraph, concept: Concept, now: float
+    ) -> BaseParts:
+        """One concept's score terms now, with the table's session-wide terms (lock held)."""
         return base_parts(
             graph,
             concept,
-            self.at,
+            now,
             max_degree=self.max_degree,
             interactions=self.interactions,
             pending_access=ACCESS_COUNTS.pending(session, concept.id),
@@ -327,45 +347,118 @@ _SCORES: weakref.WeakKeyDictionary[SessionGraph, ScoreTable] = weakref.WeakKeyDi
 _SCORES_LOCK = threading.Lock()
 
 
-def score_table(session: Session, now: float, percentile: float) -> ScoreTable:
-    """Every concept's base score (``recall.base_parts``) and the percentile bar.
+def _pending_access(session: Session) -> dict[str, int]:
+    """Every access count recall holds in RAM for ``session`` (one snapshot)."""
+    with ACCESS_COUNTS._lock:
+        held = ACCESS_COUNTS._counts.get(session)
+        return dict(held) if held else {}
 
-    Cached per graph version and time (the caller must not hold the lock).
-    Scored in chunks of ``SCORE_CHUNK`` concepts, each under its own short hold
-    of the index lock, so readers are never held up for the whole pass.
+
+def bulk_scores(
+    session: Session, graph: SessionGraph, now: float
+) -> tuple[dict[str, float], int, int]:
+    """Every concept's ``recall.base_parts(...).total`` in one pass over the adjacency.
+
+    The per-concept function walks eighteen per-type dicts per concept; this
+    walks each dict once and evaluates the formula over numpy arrays. Returns
+    (scores, the session's highest degree, its interaction count), the
+    session-wide terms the scores were taken with. The caller holds the lock.
+    """
+    ids = graph.concept_ids()
+    if not ids:
+        return {}, 0, graph.interaction_count
+    row = {node_id: i for i, node_id in enumerate(ids)}
+    n = len(ids)
+    count = [0] * n
+    bonus = [0.0] * n
+    last = [-math.inf] * n
+    touched: list[set[str] | None] = [None] * n
+    out: Mapping[EdgeType, Mapping[str, Mapping[str, Edge]]] = graph._out
+    inn: Mapping[EdgeType, Mapping[str, Mapping[str, Edge]]] = graph._in
+    for edge_type in EdgeType:
+        weight = EDGE_BONUS.get(edge_type, 0.0)
+        derives = edge_type is EdgeType.DERIVES
+        for side in (out[edge_type], inn[edge_type]):
+            for node_id, peers in side.items():
+                i = row.get(node_id)
+                if i is None or not peers:
+                    continue
+                k = len(peers)
+                count[i] += k
+                bonus[i] += weight * k
+                seen = touched[i]
+                if seen is None:
+                    seen = touched[i] = set()
+                newest = last[i]
+                for edge in peers.values():
+                    if edge.created_at > newest:
+                        newest = edge.created_at
+                    if edge.interaction_id:
+                        seen.add(edge.interaction_id)
+                    if derives:
+                        seen.add(edge.src)
+                last[i] = newest
+    pending = _pending_access(session)
+    created = np.empty(n)
+    accessed = np.empty(n)
+    wrote = np.empty(n)
+    offset = np.empty(n)
+    for i, node_id in enumerate(ids):
+        concept = graph.concept(node_id)
+        assert concept is not None
+        created[i] = concept.created_at
+        accessed[i] = concept.access_count + pending.get(node_id, 0)
+        seen = touched[i]
+        k = len(seen) if seen else 0
+        if concept.interaction_id and not (seen and concept.interaction_id in seen):
+            k += 1
+        wrote[i] = k
+        offset[i] = TYPE_OFFSET[concept.concept_type]
+    counts = np.asarray(count, dtype=np.float64)
+    max_degree = int(counts.max())
+    interactions = graph.interaction_count
+    age = np.maximum(0.0, now - np.maximum(np.asarray(last), created))
+    top = np.maximum(float(max_degree), counts)
+    recency = 0.25 * np.power(0.5, age / RECENCY_HALF_LIFE_S)
+    frequency = 0.20 * np.minimum(1.0, accessed / 10.0)
+    activity = 0.20 * np.minimum(1.0, wrote / interactions) if interactions else np.zeros(n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        density = np.where(top > 0, 0.35 * (counts / top), 0.0)
+    edge_bonus = np.minimum(np.asarray(bonus), EDGE_BONUS_CAP)
+    total = recency + frequency + activity + density + edge_bonus + offset
+    return dict(zip(ids, total.tolist(), strict=True)), max_degree, interactions
+
+
+def _fresh_enough(table: ScoreTable, version: int, size: int, now: float) -> bool:
+    if table.version == version and table.at == now:
+        return True
+    if size <= SOLO_EXACT_MAX or not table.at <= now < table.at + SOLO_BAR_MAX_AGE_S:
+        return False
+    return abs(size - table.size) <= SOLO_BAR_MAX_DRIFT * table.size
+
+
+def score_table(session: Session, now: float, percentile: float) -> ScoreTable:
+    """The Solo bar: the ``percentile`` of every concept's base score (``bulk_scores``).
+
+    Up to ``SOLO_EXACT_MAX`` concepts it is taken again at every change of the
+    graph. Past that one pass costs about a second at 100k concepts, so a bar
+    is reused for up to ``SOLO_BAR_MAX_AGE_S`` while the session's size stays
+    within ``SOLO_BAR_MAX_DRIFT`` of the size it was taken at (a percentile of a
+    large session moves slowly); each concept's own score is always taken
+    afresh. One pass over the adjacency under the index lock.
     """
     index = session.index
     with index.lock:
         graph = index.graph
-        version = graph.version
+        version, size = graph.version, len(graph)
         with _SCORES_LOCK:
             cached = _SCORES.get(graph)
-        if cached is not None and cached.version == version and cached.at == now:
+        if cached is not None and _fresh_enough(cached, version, size, now):
             return cached
-        ids = graph.concept_ids()
-        interactions: set[str] = graph._interactions
-        max_degree, n_interactions = _degree_table(graph), len(interactions)
-    scores: dict[str, float] = {}
-    for start in range(0, len(ids), SCORE_CHUNK):
-        with index.lock:
-            view = EdgeView(graph)
-            for node_id in ids[start : start + SCORE_CHUNK]:
-                concept = graph.concept(node_id)
-                if concept is None:
-                    continue
-                parts = base_parts(
-                    graph,
-                    concept,
-                    now,
-                    max_degree=max_degree,
-                    interactions=n_interactions,
-                    pending_access=ACCESS_COUNTS.pending(session, node_id),
-                    view=view,
-                )
-                scores[node_id] = parts.total
+        scores, max_degree, interactions = bulk_scores(session, graph, now)
     values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
     bar = float(np.percentile(values, percentile)) if len(values) else math.inf
-    table = ScoreTable(version, now, scores, bar, max_degree, n_interactions)
+    table = ScoreTable(version, now, len(values), bar, max_degree, interactions)
     with _SCORES_LOCK:
         _SCORES[graph] = table
     return table
@@ -542,6 +635,7 @@ class Verdict:
     checks: list[Check] = field(default_factory=list)
     solo: BaseParts | None = None
     score: float | None = None
+    support: Support | None = None  # measured for stages 1 and 2
     radius: int = 0  # the aged blast radius (measured for stage 3)
     held_by: list[NewerSide] = field(default_factory=list)
 
@@ -573,17 +667,11 @@ class Context:
     non_canonical_count: int
     demotions: DemotionLog
     scores: ScoreTable | None = None  # Solo only
-    detail: bool = False  # inspect: keep each Solo verdict's score terms
+    memo: dict[str, Support] | None = None  # the cycle's support memo (``CycleState``)
 
     @classmethod
     def measure(
-        cls,
-        session: Session,
-        now: float,
-        rules: CanonRules,
-        demotions: DemotionLog,
-        *,
-        detail: bool = False,
+        cls, session: Session, now: float, rules: CanonRules, demotions: DemotionLog
     ) -> Context:
         """Counts and (under Solo) the score table; the caller must not hold the lock."""
         solo = rules.policy == "solo"
@@ -592,30 +680,44 @@ class Context:
             graph = session.index.graph
             canonical = sum(1 for c in graph.iter_concepts() if c.status is Status.CANONICAL)
             total = len(graph)
-        return cls(
-            session, graph, now, rules, canonical, total - canonical, demotions, scores, detail
-        )
+        return cls(session, graph, now, rules, canonical, total - canonical, demotions, scores)
+
+    def support(self, concept: Concept) -> Support:
+        memo = self.memo
+        if memo is not None:
+            found = memo.get(concept.id)
+            if found is not None:
+                return found
+        measured = measure_support(self.graph, concept, self.now, self.rules.edge_min_age_s)
+        if memo is not None:
+            memo[concept.id] = measured
+        return measured
 
 
-def evaluate(ctx: Context, concept: Concept) -> Verdict:
-    """Every gate of ``concept``'s next hop (the caller holds the index lock)."""
+def evaluate(ctx: Context, concept: Concept, *, full: bool = True) -> Verdict:
+    """The gates of ``concept``'s next hop (the caller holds the index lock).
+
+    ``full`` (inspect) measures every gate; the cycle passes False and stops at
+    the first that fails, cheapest first, which decides the same.
+    """
     rules, graph, now = ctx.rules, ctx.graph, ctx.now
     status = concept.status
     following = next_status(status)
     verdict = Verdict(concept.id, status, following)
+    checks = verdict.checks
     table = ctx.scores
-    if table is not None:  # Solo
-        known = table.scores.get(concept.id)
-        if ctx.detail or known is None:
-            verdict.solo = table.parts(ctx.session, graph, concept)
-            known = verdict.solo.total
-        verdict.score = known
+    if table is not None and full:  # Solo: inspect shows the score's terms at every stage
+        verdict.solo = table.parts(ctx.session, graph, concept, now)
+        verdict.score = verdict.solo.total
     if following is None:
         return verdict
+
+    def failed() -> bool:
+        return not full and not checks[-1].met
+
     stage = RANK[following]
-    checks = verdict.checks
     if stage in (1, 2):
-        support = measure_support(graph, concept, now, rules.edge_min_age_s)
+        support = verdict.support = ctx.support(concept)
         bar = rules.candidate_min_interactions if stage == 1 else rules.venerable_min_interactions
         checks.append(
             Check(
@@ -629,6 +731,8 @@ def evaluate(ctx: Context, concept: Concept) -> Verdict:
                 f", needs at least {bar}",
             )
         )
+        if failed():
+            return verdict
         if rules.policy == "swarm" and stage == 2:
             checks.append(
                 Check(
@@ -657,6 +761,8 @@ def evaluate(ctx: Context, concept: Concept) -> Verdict:
                         f", needs at least {rules.solo_min_concepts}",
                     )
                 )
+                if failed():
+                    return verdict
                 survived, bar = concept.gc_survived, rules.solo_min_gc_survived
                 checks.append(
                     Check(
@@ -670,23 +776,29 @@ def evaluate(ctx: Context, concept: Concept) -> Verdict:
                         f"needs at least {bar}",
                     )
                 )
+                if failed():
+                    return verdict
+            if verdict.score is None and table is not None:
+                verdict.score = table.parts(ctx.session, graph, concept, now).total
             checks.append(_score_check(ctx, verdict, stage))
         return verdict
+
     # stage 3: Venerable -> Canonical
-    radius = aged_blast_radius(graph, concept.id, now, rules.edge_min_age_s)
-    verdict.radius = radius
-    floor = rules.canonical_min_blast_radius
+    budget = rules.canonical_budget
     checks.append(
         Check(
-            "blast_radius",
+            "canonical_budget",
             3,
-            radius,
-            floor,
-            ">",
-            radius > floor,
-            f"blast radius {radius} (edges at least {_age(rules)} old), needs more than {floor}",
+            ctx.canonical_count,
+            budget,
+            "<",
+            ctx.canonical_count < budget,
+            f"the Canonical budget is full ({ctx.canonical_count} of {budget}); no Stage 3 "
+            "window runs while it is",
         )
     )
+    if failed():
+        return verdict
     demotion = ctx.demotions.get(concept.id)
     since = None if demotion is None else round(now - demotion.at, 3)
     cooled = since is None or since >= rules.demotion_cooldown_s
@@ -703,19 +815,24 @@ def evaluate(ctx: Context, concept: Concept) -> Verdict:
             else "",
         )
     )
-    budget = rules.canonical_budget
+    if failed():
+        return verdict
+    radius = aged_blast_radius(graph, concept.id, now, rules.edge_min_age_s)
+    verdict.radius = radius
+    floor = rules.canonical_min_blast_radius
     checks.append(
         Check(
-            "canonical_budget",
+            "blast_radius",
             3,
-            ctx.canonical_count,
-            budget,
-            "<",
-            ctx.canonical_count < budget,
-            f"the Canonical budget is full ({ctx.canonical_count} of {budget}); no Stage 3 "
-            "window runs while it is",
+            radius,
+            floor,
+            ">",
+            radius > floor,
+            f"blast radius {radius} (edges at least {_age(rules)} old), needs more than {floor}",
         )
     )
+    if failed():
+        return verdict
     if rules.supersede:
         verdict.held_by = newer_sides(graph, concept.id, now, rules)
         held = len(verdict.held_by)
@@ -773,7 +890,7 @@ def admission_section(
     """
     rules = rules or CanonRules()
     demotions = demotion_log(session, rules)
-    ctx = Context.measure(session, now, rules, demotions, detail=True)
+    ctx = Context.measure(session, now, rules, demotions)
     demotion = demotions.get(node_id)
     with session.index.lock:
         concept = ctx.graph.concept(node_id)
@@ -861,9 +978,50 @@ class Step:
 
 @dataclass
 class CycleState:
-    """What a daemon carries from one cycle to the next: Stage 2's round-robin cursor."""
+    """What a daemon carries from one cycle to the next.
+
+    Stage 2's round-robin cursor, and the support memo: each concept's counted
+    support as the last cycle measured it. Support only changes when a
+    supporting edge ages past the floor, is written, or goes away, so at each
+    cycle the memo forgets every concept with a supporting edge that was not
+    yet past the floor at the last cycle (one pass over the Dependency and
+    Hierarchical edges), and all of it when the clock went back, the graph or
+    the age floor changed, or ``forget`` is called (after a sweep removed
+    concepts). A memoized measure never takes a step alone: each step is
+    measured afresh before it is taken.
+    """
 
     stage2_cursor: str = ""
+    memo: dict[str, Support] = field(default_factory=dict)
+    memo_at: float | None = None
+    memo_graph: int = 0
+    memo_age: float = -1.0
+
+    def forget(self) -> None:
+        self.memo.clear()
+        self.memo_at = None
+
+    def refresh(self, graph: SessionGraph, now: float, edge_min_age: float) -> None:
+        """Drop what may have changed since the last cycle (caller holds the lock)."""
+        if (
+            self.memo_at is None
+            or now < self.memo_at
+            or self.memo_graph != id(graph)
+            or self.memo_age != edge_min_age
+        ):
+            self.forget()
+        elif self.memo:
+            cut = self.memo_at - edge_min_age  # an edge newer than this was not counted then
+            memo = self.memo
+            cited: Mapping[str, Mapping[str, Edge]] = graph._in[EdgeType.DEPENDENCY]
+            for node_id, peers in cited.items():
+                if node_id in memo and any(e.created_at > cut for e in peers.values()):
+                    del memo[node_id]
+            parents: Mapping[str, Mapping[str, Edge]] = graph._out[EdgeType.HIERARCHICAL]
+            for node_id, peers in parents.items():
+                if node_id in memo and any(e.created_at > cut for e in peers.values()):
+                    del memo[node_id]
+        self.memo_at, self.memo_graph, self.memo_age = now, id(graph), edge_min_age
 
 
 @dataclass
@@ -890,6 +1048,15 @@ def _supported_ids(graph: SessionGraph) -> set[str]:
     cited: Mapping[str, Any] = graph._in[EdgeType.DEPENDENCY]
     parents: Mapping[str, Any] = graph._out[EdgeType.HIERARCHICAL]
     return {n for n in (*cited, *parents) if n in graph}
+
+
+def _confirmed(ctx: Context, concept: Concept) -> bool:
+    """Whether a step the memo allowed holds when measured afresh (and the memo corrected)."""
+    fresh = replace(ctx, memo=None)
+    verdict = evaluate(fresh, concept, full=False)
+    if ctx.memo is not None and verdict.support is not None:
+        ctx.memo[concept.id] = verdict.support
+    return verdict.eligible
 
 
 def decide(ctx: Context, state: CycleState) -> tuple[list[Step], int]:
@@ -944,7 +1111,7 @@ def decide(ctx: Context, state: CycleState) -> tuple[list[Step], int]:
         ready: list[Verdict] = []
         for concept in by_status[Status.VENERABLE]:
             looked += 1
-            verdict = evaluate(ctx, concept)
+            verdict = evaluate(ctx, concept, full=False)
             if verdict.eligible:
                 ready.append(verdict)
         ready.sort(key=lambda v: _best_first(ctx, v, graph))
@@ -958,31 +1125,47 @@ def decide(ctx: Context, state: CycleState) -> tuple[list[Step], int]:
         turn = (candidates[start:] + candidates[:start])[: rules.batch]
         for concept in turn:
             looked += 1
-            if evaluate(ctx, concept).eligible:
+            if evaluate(ctx, concept, full=False).eligible and _confirmed(ctx, concept):
                 steps.append(Step(concept.id, Status.CANDIDATE, Status.VENERABLE))
         state.stage2_cursor = turn[-1].id
 
-    # Stage 1: at most ``batch``, best first
-    ready = []
+    # Stage 1: at most ``batch``, best first. Its first gate is the support (usually
+    # memoized); under Swarm it is the only one, so a verdict is built only under Solo.
+    order: list[tuple[float, float, str]] = []
+    bar = rules.candidate_min_interactions
     for concept in by_status[Status.NONE]:
         looked += 1
-        verdict = evaluate(ctx, concept)
+        support = ctx.support(concept)
+        if support.interactions < bar:
+            continue
+        if rules.policy == "swarm":
+            order.append((-float(support.interactions), concept.created_at, concept.id))
+            continue
+        verdict = evaluate(ctx, concept, full=False)
         if verdict.eligible:
-            ready.append(verdict)
-    ready.sort(key=lambda v: _best_first(ctx, v, graph))
-    for verdict in ready[: rules.batch]:
-        steps.append(Step(verdict.node_id, Status.NONE, Status.CANDIDATE))
+            order.append(_best_first(ctx, verdict, graph))
+    order.sort()
+    taken = 0
+    for *_, node_id in order:
+        if taken >= rules.batch:
+            break
+        held = graph.concept(node_id)
+        if held is not None and _confirmed(ctx, held):
+            steps.append(Step(node_id, Status.NONE, Status.CANDIDATE))
+            taken += 1
     return steps, looked
 
 
 def _best_first(ctx: Context, verdict: Verdict, graph: SessionGraph) -> tuple[float, float, str]:
-    """Solo: highest score first; Swarm: largest blast radius first; then oldest, then id."""
+    """Solo: highest score first. Swarm: at stage 3 the largest blast radius, before it the
+    most other interactions. Then the oldest, then the id."""
     concept = graph.concept(verdict.node_id)
     created = concept.created_at if concept is not None else 0.0
     if ctx.rules.policy == "solo" and verdict.score is not None:
         return (-verdict.score, created, verdict.node_id)
-    radius = verdict.radius or graph.blast_radius(verdict.node_id)
-    return (-float(radius), created, verdict.node_id)
+    if verdict.support is not None:
+        return (-float(verdict.support.interactions), created, verdict.node_id)
+    return (-float(verdict.radius), created, verdict.node_id)
 
 
 def apply_step(session: Session, step: Step, now: float, demotions: DemotionLog) -> None:
@@ -1020,6 +1203,8 @@ def run_cycle(session: Session, rules: CanonRules, now: float, state: CycleState
         demotions = demotion_log(session, rules)
         ctx = Context.measure(session, now, rules, demotions)
         with session.index.lock:
+            state.refresh(ctx.graph, now, rules.edge_min_age_s)
+            ctx.memo = state.memo
             steps, report.looked_at = decide(ctx, state)
         for step in steps:
             apply_step(session, step, now, demotions)
