@@ -16,6 +16,7 @@ from lambo_core.canon import (
     admission,
     admission_section,
     aged_blast_radius,
+    bulk_scores,
     measure_support,
     superseded_history,
 )
@@ -24,6 +25,7 @@ from lambo_core.daemon import Daemon
 from lambo_core.errors import StoreError
 from lambo_core.inspect import run_inspect
 from lambo_core.model import Status, short_id
+from lambo_core.recall import ACCESS_COUNTS, base_parts, interaction_count
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key, format_rfc3339
@@ -588,3 +590,265 @@ def test_admission_section_lines_match_the_structured_reasons(make_world: Any) -
     lines, data = admission_section(world.session, node, world.clock.now(), world.rules)
     assert lines[0] == "canonization (Solo): None -> Candidate refused"
     assert lines[1:] == [f"  - {r}" for r in data["reasons"]]
+
+
+def test_bulk_scores_equal_the_per_concept_base_score(make_world: Any) -> None:
+    """Solo's table scores every concept in one pass; it must be recall's base score."""
+    world = make_world()
+    world.filler(12)
+    schema = cited_by_three_agents(world)
+    world.clock.advance(3600)
+    world.derive("accounts replaced users", agent="agent-e", against=[schema], ctype="observation")
+    world.submit(
+        {
+            "agent_id": "agent-b",
+            "concepts": [{"content": "user schema", "concept_type": "entity"}],
+            "parent_of": [{"parent": "user schema", "child": "users.email column"}],
+        }
+    )
+    ACCESS_COUNTS.record(world.session, [schema, schema, world.id_of("unrelated note 3")])
+    world.clock.advance(86_400)
+    try:
+        with world.session.index.lock:
+            graph = world.graph
+            now = world.clock.now()
+            scores, max_degree, interactions = bulk_scores(world.session, graph, now)
+            assert interactions == interaction_count(graph)
+            degrees = {
+                c.id: len(graph.edges_in(c.id)) + len(graph.edges_out(c.id))
+                for c in graph.iter_concepts()
+            }
+            assert max_degree == max(degrees.values())
+            for concept in graph.iter_concepts():
+                parts = base_parts(
+                    graph,
+                    concept,
+                    now,
+                    max_degree=max_degree,
+                    interactions=interactions,
+                    pending_access=ACCESS_COUNTS.pending(world.session, concept.id),
+                )
+                assert scores[concept.id] == pytest.approx(parts.total, abs=1e-12), concept.content
+    finally:
+        ACCESS_COUNTS.drain(world.session)
+
+
+# =====================================================================================
+# the CLI: canon suspected, session verify, session list
+# =====================================================================================
+
+
+def _cli(args: list[str], home: Path) -> Any:
+    from click.testing import CliRunner
+
+    from lambo_core.canon_commands import canon_group, session_group
+
+    group = canon_group if args[0] == "canon" else session_group
+    runner = CliRunner()
+    return runner.invoke(group, args[1:], env={"LAMBO_HOME": str(home), "LAMBO_CONFIG": ""})
+
+
+def _vector(rng: Any, base: Any, noise: float) -> Any:
+    import numpy as np
+
+    v = base + noise * rng.standard_normal(base.shape[0])
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def test_canon_suspected_reports_the_pairs_a_store_holds(tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    from lambo_core.embed.base import make_contract
+    from lambo_core.model import Concept, ConceptType, Edge, EdgeType, WriteBatch, new_id
+
+    rng = np.random.default_rng(3)
+    dim = 16
+    store = SqliteStore(tmp_path / "s.db")
+    store.ensure_session("s", T0)
+    store.stamp_contract("s", dict(make_contract("random", "test", dim)))
+    texts = [
+        ("the embedder listens on port 8080", T0),
+        ("the embedder listens on port 8081", T0 + 10),  # one value changed: flagged
+        ("the cache holds 64 entries", T0),
+        ("the cache holds 128 entries", T0 + 10),  # flagged, and already recorded
+        ("J1 round-1 verdict: pass", T0),
+        ("J2 round-1 verdict: pass", T0 + 10),  # a change before the predicate: never
+        ("retries use timeout 30", T0),
+        ("retries use timeout 45", T0 + 10),  # linked by depends_on: lapsed
+    ]
+    ids = [new_id() for _ in texts]
+    batch = WriteBatch(session="s")
+    for i, (text, at) in enumerate(texts):
+        base = np.zeros(dim)
+        base[i // 2] = 1.0  # each pair shares a direction; pairs are far apart
+        batch.concepts.append(
+            Concept(
+                id=ids[i],
+                session="s",
+                content=text,
+                canonical_key=canonical_key(text),
+                concept_type=ConceptType.LOGIC,
+                created_at=at,
+                about_time=at,
+                agent_id="a",
+                vector=_vector(rng, base, 0.01),
+            )
+        )
+
+    def edge(src: str, dst: str, etype: EdgeType) -> Edge:
+        return Edge("s", src, dst, etype, 1.0, None, "a", T0 + 20, T0 + 20)
+
+    batch.edges += [
+        edge(ids[3], ids[2], EdgeType.SUPERSEDES_SUSPECTED),
+        edge(ids[7], ids[6], EdgeType.DEPENDENCY),
+    ]
+    store.apply(batch)
+    store.close()
+
+    result = _cli(
+        ["canon", "suspected", "--session", "s", "--store", str(tmp_path / "s.db")], tmp_path
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("session s: 2 possibly superseded pair(s) at cosine >= 0.85")
+    assert lines[0].endswith("; 1 already recorded")
+    assert any(
+        line.startswith(
+            f'{short_id(ids[1])} "the embedder listens on port 8081" may replace '
+            f'{short_id(ids[0])} "the embedder listens on port 8080" [Logic]'
+        )
+        and line.endswith("not recorded)")
+        for line in lines
+    )
+    as_json = _cli(
+        [
+            "canon",
+            "suspected",
+            "--session",
+            "s",
+            "--store",
+            str(tmp_path / "s.db"),
+            "--json",
+            "--threshold",
+            "0.9",
+        ],
+        tmp_path,
+    )
+    payload = json.loads(as_json.output)
+    assert payload["threshold"] == 0.9 and payload["threshold_source"] == "--threshold"
+    assert {(p["newer"], p["older"], p["recorded"]) for p in payload["pairs"]} == {
+        (ids[1], ids[0], False),
+        (ids[3], ids[2], True),
+    }
+
+
+def test_session_verify_reports_annotation_kinds(tmp_path: Path) -> None:
+    import json
+
+    store = SqliteStore(tmp_path / "v.db")
+    world = World(store, CanonRules(supersede=True))
+    try:
+        schema = cited_by_three_agents(world)
+        world.clock.advance(AGE)
+        for _ in range(3):
+            world.cycle(1)
+        world.clock.advance(5)
+        accounts = world.derive("accounts replaced users", agent="agent-e", against=[schema])
+        for agent in ("agent-f", "agent-g", "agent-h"):
+            world.cite(accounts, agent, [f"{agent} reads accounts"])
+        world.cycle(AGE)
+        assert world.status(schema) is Status.VENERABLE  # superseded
+        # a stale fact with a dependent resting on it, and a suspected pair
+        port = world.derive("the embedder listens on port 8080")
+        world.cite(port, "agent-b", ["the client dials the embedder"])
+        world.clock.advance(10)
+        newer = world.derive(
+            "the embedder now listens on port 9090", agent="agent-c", against=[port]
+        )
+        old = world.derive("the cache holds 64 entries")
+        world.clock.advance(1)
+        new = world.derive("the cache holds 128 entries")
+        from lambo_core.model import Edge, EdgeType, WriteBatch
+
+        edge = Edge("s", new, old, EdgeType.SUPERSEDES_SUSPECTED, 1.0, None, "a", T0, T0)
+        store.apply(WriteBatch(session="s", edges=[edge]))
+    finally:
+        world.pipeline.close()
+
+    result = _cli(
+        ["session", "verify", "--session", "s", "--store", str(tmp_path / "v.db")], tmp_path
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].endswith("; ok")
+    kinds = dict(line.strip().split(": ", 1) for line in lines[2:])
+    # the port fact and the superseded schema (no newer support outweighs accounts) both fire
+    assert kinds["contradiction"].startswith("2 (e.g. ")
+    assert short_id(port) in kinds["contradiction"] and short_id(schema) in kinds["contradiction"]
+    assert short_id(newer) in kinds["contradicts"] and short_id(accounts) in kinds["contradicts"]
+    # the schema's six citations and the client's rest on a contradicted concept
+    assert kinds["rests_on_contradicted"].startswith("7 (e.g. ")
+    assert kinds["possibly_superseded"] == f"1 (e.g. {short_id(old)})"
+    assert kinds["superseded"] == f"1 (e.g. {short_id(schema)})"
+
+    as_json = _cli(
+        ["session", "verify", "--session", "s", "--store", str(tmp_path / "v.db"), "--json"],
+        tmp_path,
+    )
+    payload = json.loads(as_json.output)
+    assert payload["ok"] is True
+    assert set(payload["annotation_kinds"]) == {
+        "contradiction",
+        "contradicts",
+        "rests_on_contradicted",
+        "possibly_superseded",
+        "superseded",
+    }
+    assert payload["annotation_kinds"]["possibly_superseded"] == {"count": 1, "examples": [old]}
+    assert payload["annotation_kinds"]["rests_on_contradicted"]["count"] == 7
+
+
+def test_session_verify_flags_a_status_no_event_gave(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "w.db")
+    world = World(store)
+    try:
+        node = world.derive("user schema")
+    finally:
+        world.pipeline.close()
+    store.set_status("s", node, Status.CANONICAL)
+    result = _cli(
+        ["session", "verify", "--session", "s", "--store", str(tmp_path / "w.db")], tmp_path
+    )
+    assert result.exit_code == 1
+    assert "1 concept(s) hold a status no canonization event gave them" in result.output
+    missing = _cli(
+        ["session", "verify", "--session", "nope", "--store", str(tmp_path / "w.db")], tmp_path
+    )
+    assert missing.exit_code == 2 and "no session named 'nope'" in missing.output
+    absent = _cli(
+        ["session", "verify", "--session", "s", "--store", str(tmp_path / "x.db")], tmp_path
+    )
+    assert absent.exit_code == 2 and not (tmp_path / "x.db").exists()
+
+
+def test_session_list(tmp_path: Path) -> None:
+    import json
+
+    store = SqliteStore(tmp_path / "l.db")
+    store.ensure_session("alpha", T0)
+    store.ensure_session("beta", T0 + 1)
+    store.close()
+    result = _cli(["session", "list", "--store", str(tmp_path / "l.db")], tmp_path)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"alpha: created {format_rfc3339(T0)}, embedding not stamped, not held, 0 mutations, "
+        "last gc never",
+        f"beta: created {format_rfc3339(T0 + 1)}, embedding not stamped, not held, 0 mutations, "
+        "last gc never",
+    ]
+    rows = json.loads(
+        _cli(["session", "list", "--store", str(tmp_path / "l.db"), "--json"], tmp_path).output
+    )
+    assert [r["session"] for r in rows] == ["alpha", "beta"]
