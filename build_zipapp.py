@@ -383,6 +383,12 @@ MAIN_TEMPLATE = """\
 import os
 import sys
 
+# Checked before any import from the archive, in syntax any Python reads.
+if sys.version_info[:2] != {version_info} or sys.implementation.cache_tag != {cache_tag!r}:
+    sys.exit(
+        "lambo: this archive runs on CPython {python}, not on Python %s; build one for "
+        "this Python with build_zipapp.py" % sys.version.split()[0]
+    )
 ARCHIVE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(ARCHIVE, "site"))
 MANIFEST = {manifest!r}
@@ -440,7 +446,13 @@ def build(out_dir: Path, stage_root: Path, refresh: bool = False, root: Path = R
             writer.add(MANIFEST_NAME, json.dumps(manifest, indent=1).encode(), hashed=False)
             writer.add(
                 "__main__.py",
-                MAIN_TEMPLATE.format(version=version, manifest=boot).encode(),
+                MAIN_TEMPLATE.format(
+                    version=version,
+                    manifest=boot,
+                    cache_tag=sys.implementation.cache_tag,
+                    version_info=tuple(sys.version_info[:2]),
+                    python=f"{sys.version_info.major}.{sys.version_info.minor}",
+                ).encode(),
                 hashed=False,
             )
             writer.close()

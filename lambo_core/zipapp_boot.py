@@ -38,8 +38,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypedDict
 
-from lambo_core.paths import resolve_paths
-
 NATIVE_PREFIX = "native/"
 SITE_DIR = "site"
 # Another build's unpacked directory goes once no archive has started from it for this long.
@@ -59,6 +57,9 @@ class Manifest(TypedDict):
 
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
     """Where archives unpack: ``<lambo cache dir>/pyz`` (``<LAMBO_HOME>/cache/pyz`` when set)."""
+    # Imported here, so a wrong interpreter hears why before platformdirs is loaded.
+    from lambo_core.paths import resolve_paths
+
     return resolve_paths(env).cache_dir / "pyz"
 
 

@@ -254,13 +254,43 @@ def test_processes_racing_on_an_empty_cache_publish_each_group_once(
     assert unpacked_groups(home, pyz) == ["numpy", "pydantic_core", "tokenizers"]
 
 
-def test_a_wrong_python_is_told_which_one_to_use(pyz: Path, tmp_path: Path) -> None:
+def other_pythons() -> list[str]:
+    """Interpreters of another minor version: python3.N on PATH, and the siblings of this
+    venv's base interpreter (a pyenv layout)."""
+    found = [shutil.which(f"python3.{n}") for n in range(6, 16) if n != sys.version_info[1]]
+    found += [str(p) for p in Path(sys.base_prefix).parent.glob("*/bin/python3")]
+    works = []
+    for cand in filter(None, found):
+        try:
+            out = subprocess.run(
+                [cand, "-c", "import sys; print(sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except OSError:
+            continue
+        if out.returncode == 0 and out.stdout.strip() != str(sys.version_info[:2]):
+            works.append(cand)
+    return works
+
+
+def test_a_wrong_python_is_told_which_one_to_use(pyz: Path) -> None:
     manifest = manifest_of(pyz)
     assert manifest["archive"] == pyz.name
     other = {**manifest, "cache_tag": "cpython-399"}
     problem = zipapp_boot.incompatibility(other)  # type: ignore[arg-type]
     assert problem is not None and "built for cpython-399" in problem
     assert zipapp_boot.incompatibility(manifest) is None  # type: ignore[arg-type]
+    wrong = other_pythons()
+    if not wrong:
+        pytest.skip("no Python of another version here to run the archive with")
+    out = subprocess.run(
+        [wrong[0], str(pyz), "serve", "--session", "s"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"lambo: this archive runs on CPython {sys.version_info[0]}.")
+    assert "build_zipapp.py" in out.stderr
 
 
 # --------------------------------------------------------------------------- the unpacker alone
