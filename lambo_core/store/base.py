@@ -79,6 +79,10 @@ class Store(Protocol):
 
     def add_access_counts(self, session: str, counts: dict[str, int]) -> None: ...
 
+    def bump_gc_survived(self, session: str, node_ids: Iterable[str]) -> None:
+        """Add one to ``gc_survived`` per occurrence of each id; ids no longer there skipped."""
+        ...
+
     def keyword_index(self, session: str) -> KeywordIndex: ...
 
     # -- write intents -------------------------------------------------------

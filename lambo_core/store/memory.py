@@ -265,6 +265,17 @@ class MemoryStore:
                 if node_id in state.concepts:
                     state.concepts[node_id].access_count += n
 
+    def bump_gc_survived(self, session: str, node_ids: Iterable[str]) -> None:
+        """Add one per occurrence of each id to ``gc_survived``; ids no longer there skipped."""
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                return
+            for node_id in node_ids:
+                concept = state.concepts.get(node_id)
+                if concept is not None:
+                    concept.gc_survived += 1
+
     def keyword_index(self, session: str) -> _MemoryKeywordIndex:
         return _MemoryKeywordIndex(self, session)
 

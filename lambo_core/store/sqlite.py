@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
@@ -389,6 +390,17 @@ class SqliteStore:
         with self._write() as conn:
             conn.executemany(
                 "UPDATE concepts SET access_count = access_count + ? WHERE session = ? AND id = ?",
+                [(n, session, node_id) for node_id, n in counts.items()],
+            )
+
+    def bump_gc_survived(self, session: str, node_ids: Iterable[str]) -> None:
+        """Add one per occurrence of each id to ``gc_survived``; ids no longer there skipped."""
+        counts = Counter(node_ids)
+        if not counts:
+            return
+        with self._write() as conn:
+            conn.executemany(
+                "UPDATE concepts SET gc_survived = gc_survived + ? WHERE session = ? AND id = ?",
                 [(n, session, node_id) for node_id, n in counts.items()],
             )
 
