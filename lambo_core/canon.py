@@ -19,24 +19,27 @@ counts the distinct agents that declared them, the concept's own writer
 left out.
 
 **Gates** (stage N is the hop into status N; one check per gate, each
-``current <comparison> bar``; numbers are ``[canonization]`` knobs, the
-defaults in brackets, 0.2.2's numbers where the spec leaves one open):
+``current <comparison> bar``, listed in this order; numbers are
+``[canonization]`` knobs, defaults in brackets, 0.2.2's numbers where the
+spec leaves one open):
 
-=====  ======================  ============================================  ========
-stage  gate                    measured                                      policy
-=====  ======================  ============================================  ========
-1      dependents              other interactions >= candidate_min_interactions [1]  both
-1      session_concepts        non-canonical concepts >= solo_min_concepts [20]  Solo
-1      gc_survived             sweeps survived >= solo_min_gc_survived [3]   Solo
-1      score                   base score > solo_percentile [90] of the session  Solo
-2      dependents              other interactions >= venerable_min_interactions [3]  both
-2      agents                  agents besides the writer >= min_agents [2]    Swarm
-2      score                   as at stage 1                                 Solo
-3      blast_radius            aged dependents > canonical_min_blast_radius [5]  both
-3      cooldown                s since the last demotion >= demotion_cooldown_s [300]  both
-3      canonical_budget        Canonical concepts < canonical_budget [1000]   both
-3      held                    contradictors with newer evidence == 0        supersede on
-=====  ======================  ============================================  ========
+=====  ================  =====================================================  ============
+stage  gate              measured                                               policy
+=====  ================  =====================================================  ============
+1      dependents        other interactions >= candidate_min_interactions [1]   both
+1      session_concepts  non-canonical concepts >= solo_min_concepts [20]       Solo
+1      gc_survived       sweeps survived >= solo_min_gc_survived [3]            Solo
+1      score             base score > solo_percentile [90] of the session's     Solo
+2      dependents        other interactions >= venerable_min_interactions [3]   both
+2      agents            agents besides the writer >= min_agents [2]            Swarm
+2      score             as at stage 1                                          Solo
+3      canonical_budget  Canonical concepts < canonical_budget [1000]           both
+3      cooldown          seconds since its last demotion >= demotion_cooldown_s  both
+                         [300] (never demoted: met, current null)
+3      blast_radius      dependents past the floor > canonical_min_blast_radius  both
+                         [5]
+3      held              contradicting concepts with newer evidence == 0        supersede on
+=====  ================  =====================================================  ============
 
 Swarm spreads trust across agents (0.2.2's time "coverage" is replaced by the
 spread across agents the spec names). Solo, for one agent, has no agent to
@@ -59,6 +62,18 @@ Each step is persisted (``store.set_status``, then ``store.add_canon_event``)
 and mirrored into the graph under the index lock. A promotion to Canonical
 records the blast radius its gate measured; every other event records none.
 
+What a cycle costs: it walks every concept once to sort them by status
+(skipping unsupported ones for stage 1), stops measuring a concept at its
+first failing gate, and keeps each concept's counted support across cycles
+(``CycleState``) until a supporting edge is written, ages in or goes away;
+every step is measured afresh before it is taken. Under Solo the percentile
+bar takes one pass over the adjacency (``bulk_scores``, recall's formula);
+past ``SOLO_EXACT_MAX`` concepts a bar is reused for up to 10 minutes while
+the session's size moves by at most 1%. Stage 1 under Solo screens on the
+score each concept had when the bar was taken, so one whose score rose since
+waits for the next bar; a gate's score is always taken afresh, so nothing is
+promoted on a stale one. ``tests/bench/daemon.py`` times it.
+
 **Supersession** (``canonization_supersede``, off by default). A
 contradicting concept C (a Contradicts edge C -> X dated after X itself)
 holds *newer evidence* against X when C's own support from at least
@@ -79,13 +94,15 @@ memory reads as a budget one.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -288,7 +305,8 @@ def newer_sides(
         defended = measure_support(
             graph, concept, now, rules.edge_min_age_s, not_agent=edge.agent_id, not_node=by.id
         )
-        floor = max(concept.about_time, defended.latest or -math.inf)
+        latest = defended.latest if defended.latest is not None else -math.inf
+        floor = max(concept.about_time, latest)
         newer = measure_support(
             graph,
             by,
@@ -316,6 +334,7 @@ def newer_sides(
 SOLO_EXACT_MAX = 20_000  # up to this many concepts the bar is taken afresh at every change
 SOLO_BAR_MAX_AGE_S = 600.0  # past it, a bar is reused this long ...
 SOLO_BAR_MAX_DRIFT = 0.01  # ... while the session's size moved by at most this share
+SCREEN_EPSILON = 1e-9  # the screen never drops a score the gate would pass
 
 
 @dataclass(frozen=True)
@@ -326,6 +345,7 @@ class ScoreTable:
     at: float
     size: int  # concepts scored
     bar: float  # the configured percentile of the scores (inf for an empty session)
+    scores: dict[str, float]  # each concept's score when the bar was taken
     max_degree: int  # the session-wide terms the scores were taken with
     interactions: int
 
@@ -437,7 +457,9 @@ def _fresh_enough(table: ScoreTable, version: int, size: int, now: float) -> boo
     return abs(size - table.size) <= SOLO_BAR_MAX_DRIFT * table.size
 
 
-def score_table(session: Session, now: float, percentile: float) -> ScoreTable:
+def score_table(
+    session: Session, now: float, percentile: float, *, writer: bool = False
+) -> ScoreTable:
     """The Solo bar: the ``percentile`` of every concept's base score (``bulk_scores``).
 
     Up to ``SOLO_EXACT_MAX`` concepts it is taken again at every change of the
@@ -445,7 +467,8 @@ def score_table(session: Session, now: float, percentile: float) -> ScoreTable:
     is reused for up to ``SOLO_BAR_MAX_AGE_S`` while the session's size stays
     within ``SOLO_BAR_MAX_DRIFT`` of the size it was taken at (a percentile of a
     large session moves slowly); each concept's own score is always taken
-    afresh. One pass over the adjacency under the index lock.
+    afresh. One pass over the adjacency, under the index lock unless ``writer``
+    says the caller is the session's writer thread (see ``run_cycle``).
     """
     index = session.index
     with index.lock:
@@ -455,10 +478,11 @@ def score_table(session: Session, now: float, percentile: float) -> ScoreTable:
             cached = _SCORES.get(graph)
         if cached is not None and _fresh_enough(cached, version, size, now):
             return cached
+    with _held(index.lock, not writer):
         scores, max_degree, interactions = bulk_scores(session, graph, now)
     values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
     bar = float(np.percentile(values, percentile)) if len(values) else math.inf
-    table = ScoreTable(version, now, len(values), bar, max_degree, interactions)
+    table = ScoreTable(version, now, len(values), bar, scores, max_degree, interactions)
     with _SCORES_LOCK:
         _SCORES[graph] = table
     return table
@@ -667,30 +691,54 @@ class Context:
     non_canonical_count: int
     demotions: DemotionLog
     scores: ScoreTable | None = None  # Solo only
-    memo: dict[str, Support] | None = None  # the cycle's support memo (``CycleState``)
+    memo: dict[str, Memo] | None = None  # the cycle's support memo (``CycleState``)
+    cited: Mapping[str, Mapping[str, Edge]] = field(init=False, repr=False)
+    children: Mapping[str, Mapping[str, Edge]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.cited = self.graph._in[EdgeType.DEPENDENCY]
+        self.children = self.graph._out[EdgeType.HIERARCHICAL]
 
     @classmethod
     def measure(
-        cls, session: Session, now: float, rules: CanonRules, demotions: DemotionLog
+        cls,
+        session: Session,
+        now: float,
+        rules: CanonRules,
+        demotions: DemotionLog,
+        *,
+        writer: bool = False,
     ) -> Context:
         """Counts and (under Solo) the score table; the caller must not hold the lock."""
         solo = rules.policy == "solo"
-        scores = score_table(session, now, rules.solo_percentile) if solo else None
-        with session.index.lock:
+        scores = score_table(session, now, rules.solo_percentile, writer=writer) if solo else None
+        with _held(session.index.lock, not writer):
             graph = session.index.graph
             canonical = sum(1 for c in graph.iter_concepts() if c.status is Status.CANONICAL)
             total = len(graph)
         return cls(session, graph, now, rules, canonical, total - canonical, demotions, scores)
 
     def support(self, concept: Concept) -> Support:
+        """The concept's counted support now, from the memo while it holds."""
         memo = self.memo
-        if memo is not None:
-            found = memo.get(concept.id)
-            if found is not None:
-                return found
-        measured = measure_support(self.graph, concept, self.now, self.rules.edge_min_age_s)
-        if memo is not None:
-            memo[concept.id] = measured
+        if memo is None:
+            return measure_support(self.graph, concept, self.now, self.rules.edge_min_age_s)
+        node_id = concept.id
+        cited = self.cited.get(node_id)
+        children = self.children.get(node_id)
+        edges = (len(cited) if cited else 0) + (len(children) if children else 0)
+        found = memo.get(node_id)
+        if found is not None and found.edges == edges and self.now < found.until:
+            return found.support
+        age = self.rules.edge_min_age_s
+        measured = measure_support(self.graph, concept, self.now, age)
+        until = math.inf
+        for peers in (cited, children):
+            for edge in (peers or {}).values():
+                ripe = edge.created_at + age
+                if self.now < ripe < until:
+                    until = ripe
+        memo[node_id] = Memo(measured, edges, until)
         return measured
 
 
@@ -976,23 +1024,31 @@ class Step:
     by: str | None = None
 
 
+@dataclass(frozen=True)
+class Memo:
+    """A concept's counted support as one cycle measured it, and how long that holds."""
+
+    support: Support
+    edges: int  # its supporting edges then (a new citation or child changes the count)
+    until: float  # when the next of them ages past the floor (inf: none left to age in)
+
+
 @dataclass
 class CycleState:
     """What a daemon carries from one cycle to the next.
 
     Stage 2's round-robin cursor, and the support memo: each concept's counted
-    support as the last cycle measured it. Support only changes when a
-    supporting edge ages past the floor, is written, or goes away, so at each
-    cycle the memo forgets every concept with a supporting edge that was not
-    yet past the floor at the last cycle (one pass over the Dependency and
-    Hierarchical edges), and all of it when the clock went back, the graph or
-    the age floor changed, or ``forget`` is called (after a sweep removed
-    concepts). A memoized measure never takes a step alone: each step is
-    measured afresh before it is taken.
+    support as a cycle measured it. Support changes only when a supporting
+    edge is written, ages past the floor, or goes away; an entry is used while
+    the concept has as many supporting edges as then and none has aged in
+    since. The whole memo is dropped when the clock went back, the graph or the
+    age floor changed, or ``forget`` is called (the daemon calls it after a
+    sweep, which removes concepts). A memoized measure never takes a step
+    alone: each step is measured afresh before it is taken.
     """
 
     stage2_cursor: str = ""
-    memo: dict[str, Support] = field(default_factory=dict)
+    memo: dict[str, Memo] = field(default_factory=dict)
     memo_at: float | None = None
     memo_graph: int = 0
     memo_age: float = -1.0
@@ -1002,25 +1058,14 @@ class CycleState:
         self.memo_at = None
 
     def refresh(self, graph: SessionGraph, now: float, edge_min_age: float) -> None:
-        """Drop what may have changed since the last cycle (caller holds the lock)."""
+        """Drop the whole memo when it cannot hold (see the class docstring)."""
         if (
             self.memo_at is None
             or now < self.memo_at
             or self.memo_graph != id(graph)
             or self.memo_age != edge_min_age
         ):
-            self.forget()
-        elif self.memo:
-            cut = self.memo_at - edge_min_age  # an edge newer than this was not counted then
-            memo = self.memo
-            cited: Mapping[str, Mapping[str, Edge]] = graph._in[EdgeType.DEPENDENCY]
-            for node_id, peers in cited.items():
-                if node_id in memo and any(e.created_at > cut for e in peers.values()):
-                    del memo[node_id]
-            parents: Mapping[str, Mapping[str, Edge]] = graph._out[EdgeType.HIERARCHICAL]
-            for node_id, peers in parents.items():
-                if node_id in memo and any(e.created_at > cut for e in peers.values()):
-                    del memo[node_id]
+            self.memo.clear()
         self.memo_at, self.memo_graph, self.memo_age = now, id(graph), edge_min_age
 
 
@@ -1043,20 +1088,11 @@ class CycleReport:
         return sum(1 for s in self.steps if RANK[s.to_status] < RANK[s.from_status])
 
 
-def _supported_ids(graph: SessionGraph) -> set[str]:
-    """Concepts with any support edge at all (the only ones stages 1 and 2 can pass)."""
-    cited: Mapping[str, Any] = graph._in[EdgeType.DEPENDENCY]
-    parents: Mapping[str, Any] = graph._out[EdgeType.HIERARCHICAL]
-    return {n for n in (*cited, *parents) if n in graph}
-
-
 def _confirmed(ctx: Context, concept: Concept) -> bool:
     """Whether a step the memo allowed holds when measured afresh (and the memo corrected)."""
-    fresh = replace(ctx, memo=None)
-    verdict = evaluate(fresh, concept, full=False)
-    if ctx.memo is not None and verdict.support is not None:
-        ctx.memo[concept.id] = verdict.support
-    return verdict.eligible
+    if ctx.memo is not None:
+        ctx.memo.pop(concept.id, None)  # measured afresh (and memoized again) below
+    return evaluate(ctx, concept, full=False).eligible
 
 
 def decide(ctx: Context, state: CycleState) -> tuple[list[Step], int]:
@@ -1069,11 +1105,15 @@ def decide(ctx: Context, state: CycleState) -> tuple[list[Step], int]:
     looked = 0
     by_status: dict[Status, list[Concept]] = {s: [] for s in STAGES}
     # Stage 1 needs support (unless its bar is 0): skip the concepts nothing supports.
-    supported = _supported_ids(graph) if rules.candidate_min_interactions > 0 else None
+    cited, children = ctx.cited, ctx.children
+    every = rules.candidate_min_interactions <= 0
+    none = Status.NONE
     for concept in graph.iter_concepts():
-        if concept.status is Status.NONE and supported is not None and concept.id not in supported:
+        status = concept.status
+        node_id = concept.id
+        if status is none and not every and node_id not in cited and node_id not in children:
             continue
-        by_status[concept.status].append(concept)
+        by_status[status].append(concept)
 
     # demotions: over the budget (lowest blast radius first), then supersession
     canonicals = by_status[Status.CANONICAL]
@@ -1131,22 +1171,34 @@ def decide(ctx: Context, state: CycleState) -> tuple[list[Step], int]:
 
     # Stage 1: at most ``batch``, best first. Its first gate is the support (usually
     # memoized); under Swarm it is the only one, so a verdict is built only under Solo.
+    # Solo screens on its cheap gates, and on the score the bar was taken with, before
+    # measuring a score afresh (so a concept whose score rose since a reused bar waits
+    # for the next bar, at most SOLO_BAR_MAX_AGE_S; nothing is taken on a stale score).
     order: list[tuple[float, float, str]] = []
     bar = rules.candidate_min_interactions
+    table = ctx.scores
+    solo = rules.policy == "solo"
+    if solo and ctx.non_canonical_count < rules.solo_min_concepts:
+        by_status[Status.NONE] = []
     for concept in by_status[Status.NONE]:
         looked += 1
         support = ctx.support(concept)
         if support.interactions < bar:
             continue
-        if rules.policy == "swarm":
+        if not solo:
             order.append((-float(support.interactions), concept.created_at, concept.id))
             continue
+        if concept.gc_survived < rules.solo_min_gc_survived:
+            continue
+        if table is not None:
+            known = table.scores.get(concept.id)
+            if known is not None and known < table.bar - SCREEN_EPSILON:
+                continue
         verdict = evaluate(ctx, concept, full=False)
         if verdict.eligible:
             order.append(_best_first(ctx, verdict, graph))
-    order.sort()
     taken = 0
-    for *_, node_id in order:
+    for *_, node_id in _best(order, 2 * rules.batch):
         if taken >= rules.batch:
             break
         held = graph.concept(node_id)
@@ -1154,6 +1206,14 @@ def decide(ctx: Context, state: CycleState) -> tuple[list[Step], int]:
             steps.append(Step(node_id, Status.NONE, Status.CANDIDATE))
             taken += 1
     return steps, looked
+
+
+def _best(order: list[tuple[float, float, str]], likely: int) -> Iterator[tuple[float, float, str]]:
+    """``order`` smallest first, sorting all of it only if more than ``likely`` are wanted."""
+    head = heapq.nsmallest(likely, order)
+    yield from head
+    if len(head) < len(order):
+        yield from sorted(order)[len(head) :]
 
 
 def _best_first(ctx: Context, verdict: Verdict, graph: SessionGraph) -> tuple[float, float, str]:
@@ -1190,19 +1250,25 @@ def apply_step(session: Session, step: Step, now: float, demotions: DemotionLog)
         )
 
 
-def run_cycle(session: Session, rules: CanonRules, now: float, state: CycleState) -> CycleReport:
-    """One canonization cycle: decide under the index lock, then persist each step.
+def run_cycle(
+    session: Session, rules: CanonRules, now: float, state: CycleState, *, writer: bool = True
+) -> CycleReport:
+    """One canonization cycle: decide, then persist each step.
 
-    Runs on the writer thread (``WritePipeline.every``), so nothing else
-    changes the graph meanwhile. A store refusal stops the cycle at that step:
-    the steps before it stand, the rest are decided again next cycle.
+    It runs on the session's writer thread (``WritePipeline.every``), the only
+    thread that changes the graph, so ``writer`` (the default) decides without
+    holding the index lock: readers keep going while it reads, and each step is
+    still mirrored into the graph under the lock. Pass ``writer=False`` from
+    any other thread, to hold the lock while deciding. A store refusal stops
+    the cycle at that step: the steps before it stand, the rest are decided
+    again next cycle.
     """
     started = time.perf_counter()
     report = CycleReport(at=now)
     try:
         demotions = demotion_log(session, rules)
-        ctx = Context.measure(session, now, rules, demotions)
-        with session.index.lock:
+        ctx = Context.measure(session, now, rules, demotions, writer=writer)
+        with _held(session.index.lock, not writer):
             state.refresh(ctx.graph, now, rules.edge_min_age_s)
             ctx.memo = state.memo
             steps, report.looked_at = decide(ctx, state)
@@ -1214,3 +1280,13 @@ def run_cycle(session: Session, rules: CanonRules, now: float, state: CycleState
         report.failed = exc.render()
     report.elapsed_ms = (time.perf_counter() - started) * 1000.0
     return report
+
+
+@contextmanager
+def _held(lock: threading.RLock, hold: bool) -> Iterator[None]:
+    """``lock`` held for the block when ``hold``, else nothing."""
+    if not hold:
+        yield
+        return
+    with lock:
+        yield
