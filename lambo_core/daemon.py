@@ -16,8 +16,12 @@ canonization rules in ``canon.py``.
    ``contradiction_budget`` of them kept, Canonical first, then Venerable,
    Candidate and the rest, newest contradiction first within a status; the
    rest are counted in ``contradictions_dropped``;
-3. the sweeps in ``sweeps`` (garbage collection's hook), each called with
-   ``(session, now)``.
+3. garbage collection: ``gc.maybe_sweep(session, now, gc_settings)``, which
+   sweeps when ``[gc]``'s mutation count or elapsed time is due (the daemon
+   keeps the last report, ``last_sweep``); then any extra hooks in ``sweeps``,
+   each called with ``(session, now)``. A sweep that ran (anything but None
+   returned) makes the next cycle measure every concept's support afresh,
+   since it may have removed concepts.
 
 Every time it reads comes from one injectable clock (``clock``, the
 session's by default), so tests drive cycles by calling ``cycle()`` on a
@@ -38,6 +42,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import gc
 from .canon import RANK, CanonRules, CycleReport, CycleState, run_cycle
 from .clock import Clock
 from .config import Config
@@ -64,7 +69,11 @@ class Daemon:
         session: Session,
         config: Config | CanonRules | None = None,
         clock: Clock | None = None,
+        *,
+        gc_settings: gc.GcSettings | None = None,
     ) -> None:
+        """``config``: a Config (its ``[canonization]`` and ``[gc]``), or the rules alone
+        (garbage collection then runs only with ``gc_settings``)."""
         self.session = session
         self.config = config if isinstance(config, Config) else None
         if isinstance(config, CanonRules):
@@ -73,8 +82,12 @@ class Daemon:
             self.rules = CanonRules.from_config(config)
         else:
             self.rules = CanonRules()
+        if gc_settings is None and self.config is not None:
+            gc_settings = gc.GcSettings.from_config(self.config)
+        self.gc_settings = gc_settings  # None: this daemon does not collect
+        self.last_sweep: gc.SweepReport | None = None
         self.clock: Clock = clock or session.clock
-        # Garbage collection's hook: each is called with (session, now) after a cycle.
+        # More sweeps after garbage collection's, each called with (session, now).
         self.sweeps: list[Sweep] = []
         self._state = CycleState()
         self._lock = threading.Lock()  # the counters and the list, read from other threads
@@ -95,15 +108,26 @@ class Daemon:
 
     # -- the cycle ---------------------------------------------------------------------
     def cycle(self) -> CycleReport:
-        """One pass: canonization, the contradiction list, then the sweeps."""
+        """One pass: canonization, the contradiction list, then the sweeps.
+
+        Call it on the session's writer thread (``attach`` does), or while no
+        write is being applied (tests): canonization reads the graph without
+        holding the index lock, relying on being its only writer meanwhile.
+        """
         now = self.clock.now()
         report = run_cycle(self.session, self.rules, now, self._state)
         listed, dropped = self._measure_contradictions(now)
-        for sweep in list(self.sweeps):
+        hooks: list[Sweep] = list(self.sweeps)
+        if self.gc_settings is not None:
+            hooks.insert(0, self._collect)
+        for sweep in hooks:
             try:
-                sweep(self.session, now)
+                swept = sweep(self.session, now)
             except Exception:  # one failing sweep must not stop the cycle's bookkeeping
                 log.exception("session %s: sweep %r failed", self.session.name, sweep)
+                swept = True
+            if swept is not None:  # it may have removed concepts: measure support afresh
+                self._state.forget()
         with self._lock:
             self.cycles += 1
             self.promotions += report.promotions
@@ -112,6 +136,14 @@ class Daemon:
             self.last_report = report
             self._contradictions = listed
             self.contradictions_dropped = dropped
+        return report
+
+    def _collect(self, session: Session, now: float) -> gc.SweepReport | None:
+        assert self.gc_settings is not None
+        report = gc.maybe_sweep(session, now, self.gc_settings)
+        if report is not None:
+            with self._lock:
+                self.last_sweep = report
         return report
 
     def _measure_contradictions(self, now: float) -> tuple[dict[str, ContradictionInfo], int]:

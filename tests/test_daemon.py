@@ -43,7 +43,7 @@ class World:
         assert self.pipeline.wait_idle(10)
 
     def derive(self, content: str, agent: str = "agent-a", **kw: Any) -> str:
-        self.submit(agent, [{"content": content, "concept_type": "logic", **kw}])
+        self.submit(agent, [{"content": content, "concept_type": "logic"} | kw])
         found = self.session.index.graph.concepts_with_key(canonical_key(content))
         assert len(found) == 1
         return str(found[0].id)
@@ -241,3 +241,86 @@ def test_open_service_starts_the_daemon_on_the_pipeline(tmp_path: Path) -> None:
         assert interval == 60.0
     finally:
         stop_service(service)
+
+
+# =====================================================================================
+# the support memo
+# =====================================================================================
+
+
+def test_memoized_support_follows_new_aging_and_removed_citations() -> None:
+    w = World(CanonRules(batch=1))
+    try:
+        schema = w.derive("user schema")
+        other = w.derive("billing ledger")
+        w.derive("b reads it", agent="agent-b", depends_on=[schema])
+        w.derive("c reads it", agent="agent-c", depends_on=[schema])
+        w.derive("b posts", agent="agent-b", depends_on=[other])
+        w.clock.advance(AGE)
+        # batch 1: the schema (two interactions) is taken first; the ledger waits, memoized
+        assert [s.node_id for s in w.daemon.cycle().steps] == [schema]
+        memo = w.daemon._state.memo
+        assert other in memo and memo[other].support.interactions == 1
+        # the ledger's only citation goes away: nothing supports it, so it is not looked at
+        with w.session.index.lock:
+            w.session.index.graph.remove_concept(
+                w.session.index.graph.concepts_with_key(canonical_key("b posts"))[0].id
+            )
+        assert [s.node_id for s in w.daemon.cycle().steps] == []
+        assert w.session.index.graph.concept(other).status is Status.NONE
+
+        # a third citation of the Candidate counts only once it ages past the floor
+        w.derive("d reads it", agent="agent-d", depends_on=[schema])
+        w.clock.advance(AGE - 1)
+        assert w.daemon.cycle().steps == []
+        assert memo[schema].support.interactions == 2 and memo[schema].until == w.clock.now() + 1
+        w.clock.advance(1)
+        assert [(s.node_id, s.to_status) for s in w.daemon.cycle().steps] == [
+            (schema, Status.VENERABLE)
+        ]
+        # a sweep that ran drops the memo
+        w.daemon.sweeps.append(lambda session, now: "swept")
+        w.daemon.cycle()
+        assert w.daemon._state.memo_at is None
+    finally:
+        w.pipeline.close()
+
+
+# =====================================================================================
+# garbage collection through the daemon
+# =====================================================================================
+
+
+def test_the_daemon_runs_garbage_collection_after_canonization() -> None:
+    from lambo_core.gc import GcSettings
+
+    w = World()
+    w.daemon.gc_settings = GcSettings(elapsed_s=3600.0, min_age_s=3600.0)
+    try:
+        stray = w.derive("a stray observation nobody cites", concept_type="observation")
+        schema = w.derive("user schema")
+        for agent in ("agent-b", "agent-c", "agent-d"):
+            w.derive(f"{agent} reads it", agent=agent, depends_on=[schema])
+        w.clock.advance(AGE)
+        w.daemon.cycle()  # starts the session's gc clock; no sweep yet
+        assert w.daemon.last_sweep is None
+        assert w.store.get_session("s").last_gc_at == w.clock.now()
+        w.clock.advance(30 * 86_400)
+        report = w.daemon.cycle()
+        sweep = w.daemon.last_sweep
+        assert sweep is not None and sweep.trigger == "elapsed"
+        assert stray in sweep.collected_ids and stray not in w.session.index.graph
+        assert schema in w.session.index.graph  # cited by three others: kept
+        assert [s.node_id for s in report.steps] == [schema]  # canonization ran first
+        assert w.daemon._state.memo_at is None  # the sweep made the memo start over
+    finally:
+        w.pipeline.close()
+
+
+def test_a_config_brings_its_gc_settings(tmp_path: Path) -> None:
+    (tmp_path / "lambo.toml").write_text("[gc]\nelapsed_s = 120.0\n")
+    config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+    session = Session.open(MemoryStore(), "s", PLAN, clock=ManualClock(T0))
+    daemon = Daemon(session, config)
+    assert daemon.gc_settings is not None and daemon.gc_settings.elapsed_s == 120.0
+    assert Daemon(session, CanonRules()).gc_settings is None
