@@ -59,7 +59,10 @@ How. Collected concepts are deleted with ``Store.delete_concepts`` (both
 stores remove every edge touching them in the same transaction, so no edge
 is left pointing at a collected concept), then mirrored out of the session
 index with ``SessionIndex.remove_concepts`` (which takes the index lock).
-The plan is made under the index lock in one hold.
+The plan scores concepts under the index lock ``PLAN_CHUNK`` (2,000) at a
+time and settles the protections under one more hold, so a recall waits for
+a chunk, never a whole sweep; that reading is consistent because the sweep
+runs on the writer thread, the only thread that changes the graph.
 
 Survivors. Every concept still in memory after a sweep, except those only the
 cap deferred, has survived it and is owed one ``gc_survived`` (the
@@ -84,13 +87,21 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, is_contradicted
 from .errors import LamboError
-from .model import ConceptType, EdgeType, Status
-from .recall import ACCESS_COUNTS, EdgeView, _max_degree, base_parts, interaction_count
+from .model import Concept, ConceptType, Edge, EdgeType, Status
+from .recall import (
+    ACCESS_COUNTS,
+    EdgeSummary,
+    EdgeView,
+    _max_degree,
+    base_parts,
+    interaction_count,
+)
 from .text import format_rfc3339
 
 if TYPE_CHECKING:
@@ -124,6 +135,7 @@ KEPT_CORRECTION = "correction"
 KEPT_DEPENDENTS = "dependents"
 
 _EDGELESS = -math.inf  # sorts an edgeless concept before every scored one
+_Rank = tuple[float, float]  # (standing, created_at): lower is collected first
 
 
 @dataclass(frozen=True)
@@ -180,72 +192,111 @@ class GcPlan:
         return sum(1 for reason in self.kept.values() if reason == KEPT_DEPENDENTS)
 
 
+PLAN_CHUNK = 2_000  # concepts scored per hold of the index lock
+
+
+class _SummaryOnce(EdgeView):
+    """recall's EdgeView, remembering the last concept summarised.
+
+    The plan reads a concept's summary (is it edgeless?) right before
+    ``base_parts`` reads it again; past the view's shared cache (20,000
+    concepts) that would walk its edges twice.
+    """
+
+    def __init__(self, graph: SessionGraph) -> None:
+        super().__init__(graph)
+        self._last: tuple[str, EdgeSummary] | None = None
+
+    def summary(self, node_id: str) -> EdgeSummary:
+        last = self._last
+        if last is not None and last[0] == node_id:
+            return last[1]
+        found = super().summary(node_id)
+        self._last = (node_id, found)
+        return found
+
+
 def plan_sweep(
     graph: SessionGraph,
     now: float,
     settings: GcSettings,
     *,
     pending_access: Callable[[str], int] | None = None,
+    lock: AbstractContextManager[object] | None = None,
 ) -> GcPlan:
-    """Which concepts a sweep at ``now`` collects, defers and keeps. Caller holds the lock.
+    """Which concepts a sweep at ``now`` collects, defers and keeps.
 
-    ``pending_access`` gives recall's access counts not yet written to the
-    store, so the base score here is the one recall ranks with.
+    With ``lock`` (the session index lock) the concepts are scored
+    ``PLAN_CHUNK`` at a time, each chunk under one hold, and the protections
+    are settled under one more, so recalls wait for a chunk, not the whole
+    plan. That is only a consistent reading on the session's writer thread,
+    the one thread that changes the graph. Without ``lock`` the caller holds
+    it (or owns the graph). ``pending_access`` gives recall's access counts
+    not yet written to the store, so the base score is the one recall ranks
+    with.
     """
+    hold: AbstractContextManager[object] = lock if lock is not None else nullcontext()
     plan = GcPlan()
-    view = EdgeView(graph)
-    max_degree = _max_degree(graph, time.monotonic())
-    interactions = interaction_count(graph)
-    doomed: dict[str, float] = {}  # node id -> its standing (lower goes first)
-    for concept in graph.iter_concepts():
-        plan.weak_edges += _weak_edges_out(graph, concept.id, now)
-        if now - concept.created_at < settings.min_age_s:
-            plan.young += 1
-            continue
-        degree = view.summary(concept.id)[0]
-        if degree == 0:
-            standing = _EDGELESS
-        else:
-            standing = base_parts(
-                graph,
-                concept,
-                now,
-                max_degree=max_degree,
-                interactions=interactions,
-                pending_access=pending_access(concept.id) if pending_access else 0,
-                view=view,
-            ).total
-            if standing >= settings.bar(concept.concept_type):
-                continue
-        plan.due += 1
-        if concept.status in PROTECTED_STATUSES:
-            plan.kept[concept.id] = KEPT_STATUS
-        elif _contradicts_held(graph, concept.id):
-            plan.kept[concept.id] = KEPT_CONTRADICTS_HELD
-        else:
-            doomed[concept.id] = standing
+    with hold:
+        node_ids = graph.concept_ids()
+        view = _SummaryOnce(graph)
+        max_degree = _max_degree(graph, time.monotonic())
+        interactions = interaction_count(graph)
+    doomed: dict[str, _Rank] = {}
+    check: list[str] = []  # doomed concepts a protection may rescue (the rest cannot be)
+    for start in range(0, len(node_ids), PLAN_CHUNK):
+        with hold:
+            for node_id in node_ids[start : start + PLAN_CHUNK]:
+                concept = graph.concept(node_id)
+                if concept is None:
+                    continue
+                plan.weak_edges += _weak_edges_out(graph, node_id, now)
+                if now - concept.created_at < settings.min_age_s:
+                    plan.young += 1
+                    continue
+                if view.summary(node_id)[0] == 0:
+                    standing = _EDGELESS
+                else:
+                    standing = base_parts(
+                        graph,
+                        concept,
+                        now,
+                        max_degree=max_degree,
+                        interactions=interactions,
+                        pending_access=pending_access(node_id) if pending_access else 0,
+                        view=view,
+                    ).total
+                    if standing >= settings.bar(concept.concept_type):
+                        continue
+                plan.due += 1
+                against = graph.edges_out(node_id, (EdgeType.CONTRADICTS,))
+                if concept.status in PROTECTED_STATUSES:
+                    plan.kept[node_id] = KEPT_STATUS
+                elif _contradicts_held(graph, node_id, against):
+                    plan.kept[node_id] = KEPT_CONTRADICTS_HELD
+                else:
+                    doomed[node_id] = (standing, concept.created_at)
+                    if against or _has_dependents(graph, concept):
+                        check.append(node_id)
 
-    shown = _Corrections(graph, now, settings.edge_min_age_s)
-    _settle(graph, doomed, shown, plan.kept)
-
-    order = sorted(
-        doomed, key=lambda nid: (doomed[nid], _created_at(graph, nid), nid)
-    )  # lowest standing, then oldest, then id
+    with hold:
+        shown = _Corrections(graph, now, settings.edge_min_age_s)
+        _settle(graph, doomed, shown, plan.kept, check)
+    # lowest standing first, then oldest, then id
+    order = sorted(doomed, key=lambda nid: (*doomed[nid], nid))
     capped = {nid: doomed[nid] for nid in order[: settings.per_sweep_cap]}
-    # The cap leaves some due concepts in memory: anything they need stays with them.
-    held_by_cap: dict[str, str] = {}
-    _settle(graph, capped, shown, held_by_cap)
+    if len(capped) < len(order):
+        # The cap leaves some due concepts in memory: anything they need stays with them.
+        held_by_cap: dict[str, str] = {}
+        with hold:
+            _settle(graph, capped, shown, held_by_cap, list(capped))
     plan.collect = [nid for nid in order if nid in capped]
     plan.deferred = [nid for nid in order if nid not in capped]
     return plan
 
 
-def _created_at(graph: SessionGraph, node_id: str) -> float:
-    concept = graph.concept(node_id)
-    return concept.created_at if concept is not None else 0.0
-
-
 def _weak_edges_out(graph: SessionGraph, node_id: str, now: float) -> int:
+    """Edges out of a concept 0.2.2 would drop: CoOccurrence/Semantic, under 0.5, an hour old."""
     return sum(
         1
         for edge in graph.edges_out(node_id, WEAK_EDGE_TYPES)
@@ -253,9 +304,21 @@ def _weak_edges_out(graph: SessionGraph, node_id: str, now: float) -> int:
     )
 
 
-def _contradicts_held(graph: SessionGraph, node_id: str) -> bool:
-    """Whether the concept contradicts a Venerable or Canonical concept of the session."""
-    for edge in graph.edges_out(node_id, (EdgeType.CONTRADICTS,)):
+def _has_dependents(graph: SessionGraph, concept: Concept) -> bool:
+    """A Resource with a dependent edge either way (whether that dependent stays is settled
+    later)."""
+    if concept.concept_type is not ConceptType.RESOURCE:
+        return False
+    return bool(
+        graph.edges_in(concept.id, (EdgeType.DEPENDENCY,))
+        or graph.edges_out(concept.id, (EdgeType.HIERARCHICAL,))
+    )
+
+
+def _contradicts_held(graph: SessionGraph, node_id: str, against: Iterable[Edge]) -> bool:
+    """Whether the concept contradicts (``against``: its Contradicts edges out) a Venerable or
+    Canonical concept of the session."""
+    for edge in against:
         target = graph.concept(edge.dst)
         if edge.dst != node_id and target is not None and target.status in PROTECTED_STATUSES:
             return True
@@ -288,15 +351,19 @@ def _rests_on(graph: SessionGraph, node_id: str) -> Iterable[str]:
 
 def _settle(
     graph: SessionGraph,
-    doomed: dict[str, float],
+    doomed: dict[str, _Rank],
     shown: Callable[[str], str | None],
     kept: dict[str, str],
+    check: Iterable[str],
 ) -> None:
     """Take out of ``doomed`` every concept something staying in memory needs.
 
     The least fixed point: a concept is rescued only by one that stays (is not
     in ``doomed``), and every rescue is followed through, so a chain is kept
     whole and a pair that only contradict each other keeps neither alive.
+    ``check`` lists the doomed concepts that may be rescued to begin with
+    (those with an against or, for a Resource, a dependent); the rest can
+    only be reached through a rescue.
     """
     rescued: list[str] = []
 
@@ -309,7 +376,7 @@ def _settle(
             kept[node_id] = reason
             rescued.append(node_id)
 
-    for node_id in list(doomed):
+    for node_id in check:
         if node_id not in doomed:
             continue
         concept = graph.concept(node_id)
@@ -430,13 +497,13 @@ def sweep(session: Session, now: float, settings: GcSettings, trigger: Trigger) 
     record = session.store.get_session(session.name)
     epoch = record.mutation_count if record is not None else 0
     index = session.index
-    with index.lock:
-        plan = plan_sweep(
-            index.graph,
-            now,
-            settings,
-            pending_access=lambda node_id: ACCESS_COUNTS.pending(session, node_id),
-        )
+    plan = plan_sweep(
+        index.graph,
+        now,
+        settings,
+        pending_access=lambda node_id: ACCESS_COUNTS.pending(session, node_id),
+        lock=index.lock,
+    )
     if plan.collect:
         session.store.delete_concepts(session.name, plan.collect)
         index.remove_concepts(plan.collect)

@@ -563,6 +563,46 @@ def test_a_capped_plan_keeps_what_the_deferred_need(store: Store) -> None:
     assert is_contradicted(session.index.graph, target, LATER, AGE) is not None
 
 
+def test_the_plan_holds_the_lock_a_chunk_at_a_time(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import lambo_core.gc as gc_module
+
+    class Counting:
+        def __init__(self) -> None:
+            self.lock = threading.RLock()
+            self.holds = 0
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+            self.holds += 1
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    b = Builder(store)
+    hub = b.hub()
+    for i in range(7):
+        node = b.concept(f"note {i}", ConceptType.OBSERVATION)
+        b.edge(node, hub, EdgeType.COOCCURRENCE, weight=0.5)
+    b.concept("alone")
+    session = b.open()
+    graph = session.index.graph
+    whole = plan_sweep(graph, LATER, settings_(per_sweep_cap=3))
+    monkeypatch.setattr(gc_module, "PLAN_CHUNK", 4)
+    lock = Counting()
+    chunked = plan_sweep(graph, LATER, settings_(per_sweep_cap=3), lock=lock)
+    assert (chunked.collect, chunked.deferred, chunked.kept) == (
+        whole.collect,
+        whole.deferred,
+        whole.kept,
+    )
+    # the set-up, 19 concepts in chunks of 4, the settle, the capped settle
+    assert len(graph) == 19 and lock.holds == 1 + 5 + 1 + 1
+
+
 # =====================================================================================
 # the report and survivors
 # =====================================================================================
