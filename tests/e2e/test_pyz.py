@@ -94,6 +94,14 @@ def bare_python(pyz: Path) -> list[str]:
     return fallback
 
 
+@pytest.fixture(autouse=True)
+def drop_unpacked(tmp_path: Path) -> Iterator[None]:
+    """Each test unpacks ~170 MB under its tmp_path; pytest keeps recent tmp dirs, so drop it."""
+    yield
+    for cache in tmp_path.glob("*/cache/pyz"):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def bare_env(home: Path) -> dict[str, str]:
     """What `env -i` plus the two LAMBO_ variables leaves: no PYTHONPATH, no venv."""
     return {
