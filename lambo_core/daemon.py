@@ -11,24 +11,25 @@ canonization rules in ``canon.py``.
 
 1. a canonization cycle (``canon.run_cycle``): at most one step per concept,
    each persisted and recorded as a canonization event;
-2. the contradiction list recall reads: every concept a contradiction
-   currently fires on (``contradiction.contradictions``), at most
-   ``contradiction_budget`` of them kept, Canonical first, then Venerable,
-   Candidate and the rest, newest contradiction first within a status; the
-   rest are counted in ``contradictions_dropped``;
-3. garbage collection: ``gc.maybe_sweep(session, now, gc_settings)``, which
+2. garbage collection: ``gc.maybe_sweep(session, now, gc_settings)``, which
    sweeps when ``[gc]``'s mutation count or elapsed time is due (the daemon
    keeps the last report, ``last_sweep``); then any extra hooks in ``sweeps``,
    each called with ``(session, now)``. A sweep that ran (anything but None
    returned) makes the next cycle measure every concept's support afresh,
-   since it may have removed concepts.
+   since it may have removed concepts;
+3. the contradiction list recall reads: every concept a contradiction
+   currently fires on (``contradiction.contradictions``), at most
+   ``contradiction_budget`` of them kept, Canonical first, then Venerable,
+   Candidate and the rest, newest contradiction first within a status; the
+   rest are counted in ``contradictions_dropped``.
 
 Every time it reads comes from one injectable clock (``clock``, the
 session's by default), so tests drive cycles by calling ``cycle()`` on a
-``ManualClock`` without sleeping. The other background jobs of a session run
-on the same writer thread on their own schedules: the write-behind of recall
-access counts (``WritePipeline.flush_access_counts``, about once a second)
-and the lease heartbeat (``hub.LeaseKeeper``).
+``ManualClock`` without sleeping. A session's other background jobs keep
+their own schedules: the write-behind of recall access counts runs on the
+same writer thread (``WritePipeline.flush_access_counts``, about once a
+second), and the lease heartbeat in the hub (``hub.LeaseKeeper.renew``), so a
+long cycle can never let the lease lapse.
 
 The daemon registers itself per session (``daemon_for``), so readers that
 hold only the session (recall, stats) can reach its list and counters.
@@ -108,7 +109,7 @@ class Daemon:
 
     # -- the cycle ---------------------------------------------------------------------
     def cycle(self) -> CycleReport:
-        """One pass: canonization, the contradiction list, then the sweeps.
+        """One pass: canonization, the sweeps, then the contradiction list.
 
         Call it on the session's writer thread (``attach`` does), or while no
         write is being applied (tests): canonization reads the graph without
@@ -116,7 +117,6 @@ class Daemon:
         """
         now = self.clock.now()
         report = run_cycle(self.session, self.rules, now, self._state)
-        listed, dropped = self._measure_contradictions(now)
         hooks: list[Sweep] = list(self.sweeps)
         if self.gc_settings is not None:
             hooks.insert(0, self._collect)
@@ -128,6 +128,7 @@ class Daemon:
                 swept = True
             if swept is not None:  # it may have removed concepts: measure support afresh
                 self._state.forget()
+        listed, dropped = self._measure_contradictions(now)  # after the sweeps removed any
         with self._lock:
             self.cycles += 1
             self.promotions += report.promotions
