@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .args import check_arguments, check_list, require
+from .args import check_arguments, check_list, check_scope, require
 from .errors import ParameterError, StoreError
 from .index.graph import SessionGraph
 from .model import ConceptType, EdgeType
@@ -86,15 +86,6 @@ def _utf8(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def check_scope(args: Mapping[str, Any], session: str) -> None:
-    """An unlayered session accepts only its own name as scope."""
-    if "scope" not in args:
-        return
-    scope = check_string("scope", args["scope"], allow_empty=True)
-    if scope != session:
-        raise ParameterError(f"scope must name this session or one of its layers: {session}")
-
-
 def _refuse_repo_scope(args: Mapping[str, Any]) -> None:
     # Repository-scoped paths are a later capability; refusing beats ignoring.
     if "repo_scope" in args:
@@ -154,7 +145,8 @@ def admit_derive(args: object, *, session: str, graph: SessionGraph, embeds: boo
             f"concepts and parent_of pairs together number {len(raw_concepts) + len(raw_pairs)}; "
             f"at most {MAX_CONCEPTS_AND_PAIRS} are accepted in one call"
         )
-    check_scope(call, session)
+    if "scope" in call:
+        check_scope(call["scope"], session, writing=True)
     _refuse_repo_scope(call)
 
     concepts: list[dict[str, Any]] = []
@@ -334,7 +326,8 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
         for i, text in enumerate(texts):
             _check_no_image_suffix(f"{field}[{i}]", text)
         targets[field] = texts
-    check_scope(call, session)
+    if "scope" in call:
+        check_scope(call["scope"], session, writing=True)
     _refuse_repo_scope(call)
 
     action_key = canonical_key(action)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import ParameterError
-from .text import show_safely
+from .text import check_string, show_safely
 
 # Argument names that carry a client timestamp. Lambo stamps write time
 # itself; only event_time (an about-time) is accepted, and only on writes.
@@ -93,3 +93,19 @@ def check_list(field: str, value: object, max_items: int, *, what: str = "items"
     if len(value) > max_items:
         raise ParameterError(f"{field} has {len(value)} {what}; at most {max_items} are accepted")
     return value
+
+
+def check_scope(scope: object, session: str, *, writing: bool = False) -> None:
+    """An unlayered session accepts only its own name as ``scope``.
+
+    Writes refuse with the write tools' rule ("must name this session or one of
+    its layers"); reads list the session's scopes. Neither repeats a hostile
+    value raw.
+    """
+    value = check_string("scope", scope, allow_empty=True)
+    if value == session:
+        return
+    if writing:
+        raise ParameterError(f"scope must name this session or one of its layers: {session}")
+    shown = '""' if value == "" else f'"{show_safely(value, 64)}"'
+    raise ParameterError(f"scope {shown} is not a scope of this session; its scopes are: {session}")

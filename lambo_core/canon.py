@@ -110,7 +110,7 @@ import numpy as np
 from .errors import LamboError
 from .index.graph import SessionGraph
 from .model import CanonizationEvent, Concept, Edge, EdgeType, Status, short_id
-from .recall import (
+from .scoring import (
     ACCESS_COUNTS,
     EDGE_BONUS,
     EDGE_BONUS_CAP,

@@ -94,13 +94,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, is_contradicted
 from .errors import LamboError
 from .model import Concept, ConceptType, Edge, EdgeType, Status
-from .recall import (
+from .scoring import (
     ACCESS_COUNTS,
     EdgeSummary,
     EdgeView,
-    _max_degree,
     base_parts,
     interaction_count,
+)
+from .scoring import (
+    max_degree as session_max_degree,
 )
 from .text import format_rfc3339
 
@@ -240,7 +242,7 @@ def plan_sweep(
     with hold:
         node_ids = graph.concept_ids()
         view = _SummaryOnce(graph)
-        max_degree = _max_degree(graph, time.monotonic())
+        max_degree = session_max_degree(graph, time.monotonic())
         interactions = interaction_count(graph)
     doomed: dict[str, _Rank] = {}
     check: list[str] = []  # doomed concepts a protection may rescue (the rest cannot be)

@@ -48,20 +48,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .args import check_arguments, check_int, require
+from .args import check_arguments, check_int, check_scope, require
 from .canon import CanonRules, admission_section
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, contradictions
 from .errors import ReferenceRefused, StoreError
 from .index.graph import SessionGraph
 from .model import Concept, Edge, EdgeType, Status, short_id
-from .recall import (
-    ACCESS_COUNTS,
-    _check_scope,
-    contradicted_line,
-    keyword_query,
-    rests_on_lines,
-)
+from .recall import contradicted_line, keyword_query, rests_on_lines
 from .references import MAX_LISTED_CANDIDATES, match_reference
+from .scoring import ACCESS_COUNTS
 from .text import canonical_key, check_agent_id, check_string, format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -125,7 +120,7 @@ def parse_request(session: Session, args: object) -> InspectRequest:
     if checked.get("depth") is not None:
         depth = check_int("depth", checked["depth"], *DEPTH_RANGE)
     if checked.get("scope") is not None:
-        _check_scope(session.name, checked["scope"])
+        check_scope(checked["scope"], session.name)
     return InspectRequest(agent_id, focus, depth)
 
 

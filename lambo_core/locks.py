@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .args import check_arguments, check_bool, check_int, require
+from .args import check_arguments, check_bool, check_int, check_scope, require
 from .clock import Clock
 from .errors import ConflictError, ParameterError, ReferenceRefused
 from .references import is_node_id_form, is_short_id_form
@@ -187,9 +187,7 @@ def parse_request(session: Session, args: object) -> ReserveRequest:
         release = check_bool("release", checked["release"])
     if checked.get("scope") is not None:
         # Imported here: recall renders lock conflicts, so it may import this module.
-        from .recall import _check_scope
-
-        _check_scope(session.name, checked["scope"])
+        check_scope(checked["scope"], session.name)
     return ReserveRequest(agent_id, raw.strip().lower(), ttl, release)
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .args import check_arguments, require
+from .args import check_arguments, check_scope, require
 from .model import Status
-from .recall import ACCESS_COUNTS, _check_scope
+from .scoring import ACCESS_COUNTS
 from .text import check_agent_id, format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def run_saints(session: Session, args: Mapping[str, Any]) -> tuple[str, dict[str
     checked = check_arguments(TOOL, args, ARGUMENTS)
     check_agent_id(require(checked, "agent_id"))
     if checked.get("scope") is not None:
-        _check_scope(session.name, checked["scope"])
+        check_scope(checked["scope"], session.name)
 
     rows: list[tuple[int, float, str, dict[str, Any]]] = []
     with session.index.lock:

@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .args import check_arguments, check_int, require
+from .args import check_arguments, check_int, check_scope, require
 from .contradiction import STALE_ROWS_MAX, stale_rows
 from .model import EdgeType
-from .recall import _check_scope
 from .text import check_agent_id
 
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ def run_stale(
     checked = check_arguments(TOOL, args, ARGUMENTS)
     check_agent_id(require(checked, "agent_id"))
     if checked.get("scope") is not None:
-        _check_scope(session.name, checked["scope"])
+        check_scope(checked["scope"], session.name)
     offset = 0
     if checked.get("offset") is not None:
         offset = check_int("offset", checked["offset"], *OFFSET_RANGE)

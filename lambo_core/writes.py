@@ -63,9 +63,9 @@ from .model import (
     new_id,
     short_id,
 )
-from .recall import ACCESS_COUNTS
 from .receipts import ReceiptState, ReceiptView, render_line
 from .references import refuse_changed, still_names
+from .scoring import ACCESS_COUNTS
 from .session import Session
 from .text import canonical_key, has_image_suffix, show_safely
 

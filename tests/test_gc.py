@@ -48,7 +48,7 @@ from lambo_core.model import (
     WriteBatch,
     new_id,
 )
-from lambo_core.recall import EdgeView, _degree_table, base_parts, interaction_count
+from lambo_core.scoring import EdgeView, _degree_table, base_parts, interaction_count
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.store.base import Store
@@ -360,7 +360,7 @@ def test_accesses_and_recency_keep_a_concept(store: Store) -> None:
 
 
 def test_the_score_sees_access_counts_recall_has_not_flushed(store: Store) -> None:
-    from lambo_core.recall import ACCESS_COUNTS
+    from lambo_core.scoring import ACCESS_COUNTS
 
     b = Builder(store)
     hub = b.hub()

@@ -363,3 +363,24 @@ def test_iter_edges_counts(n: int) -> None:
     for i in range(n):
         g.add_edge(edge(f"n{i}", f"n{i + 1}", DEP))
     assert len(list(g.iter_edges())) == n == g.edge_count
+
+
+def test_status_counts_follow_adds_changes_and_removals() -> None:
+    from lambo_core.model import Concept, ConceptType, Status
+
+    graph = SessionGraph("s")
+
+    def concept(node: str) -> Concept:
+        return Concept(node, "s", node, node, ConceptType.ENTITY, 1.0, 1.0, "a")
+
+    for node in ("a", "b", "c"):
+        graph.add_concept(concept(node))
+    assert graph.status_count(Status.NONE) == 3
+    graph.set_status("a", Status.CANONICAL)
+    graph.set_status("b", Status.CANONICAL)
+    assert graph.status_count(Status.CANONICAL) == 2
+    graph.add_concept(concept("a"))  # replaced: back to its own status
+    assert graph.status_count(Status.CANONICAL) == 1
+    graph.remove_concept("b")
+    assert graph.status_count(Status.CANONICAL) == 0
+    assert graph.status_count(Status.NONE) == 2

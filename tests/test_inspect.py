@@ -22,7 +22,7 @@ from lambo_core.model import (
     WriteBatch,
     short_id,
 )
-from lambo_core.recall import ACCESS_COUNTS
+from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key, format_rfc3339

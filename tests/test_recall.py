@@ -31,7 +31,6 @@ from lambo_core.model import (
     short_id,
 )
 from lambo_core.recall import (
-    ACCESS_COUNTS,
     VECTOR_LOADING_WARNING,
     Candidate,
     LegResults,
@@ -43,6 +42,7 @@ from lambo_core.recall import (
     order_candidates,
     recall,
 )
+from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key
@@ -693,15 +693,15 @@ def test_a_large_session_refreshes_the_highest_degree_off_the_read_path(
 ) -> None:
     import time
 
-    import lambo_core.recall as recall_module
+    import lambo_core.scoring as scoring
 
-    monkeypatch.setattr(recall_module._SessionStats, "LARGE", 1)
-    monkeypatch.setattr(recall_module._SessionStats, "REFRESH_S", 0.0)
+    monkeypatch.setattr(scoring._SessionStats, "LARGE", 1)
+    monkeypatch.setattr(scoring._SessionStats, "REFRESH_S", 0.0)
     mem = Mem()
     mem.write([(nid(1), "hub concept", "entity")])
     session = mem.session()
     graph = session.index.graph
-    assert recall_module._max_degree(graph, 0.0) == 1  # the first read computes inline
+    assert scoring.max_degree(graph, 0.0) == 1  # the first read computes inline
     with session.index.lock:  # a write: three dependents of the hub
         for i in range(3):
             graph.add_concept(
@@ -710,12 +710,12 @@ def test_a_large_session_refreshes_the_highest_degree_off_the_read_path(
             graph.add_edge(
                 Edge("s", nid(10 + i), nid(1), EdgeType.DEPENDENCY, 1.0, None, "a", T0, T0)
             )
-    assert recall_module._max_degree(graph, 1.0) == 1  # stale at once, refresh started
+    assert scoring.max_degree(graph, 1.0) == 1  # stale at once, refresh started
     for _ in range(200):
-        if recall_module._max_degree(graph, 2.0) == 4:
+        if scoring.max_degree(graph, 2.0) == 4:
             break
         time.sleep(0.01)
-    assert recall_module._max_degree(graph, 3.0) == 4
+    assert scoring.max_degree(graph, 3.0) == 4
 
 
 # =====================================================================================

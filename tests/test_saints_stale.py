@@ -11,8 +11,8 @@ import pytest
 from lambo_core.clock import ManualClock
 from lambo_core.errors import LamboError, ParameterError
 from lambo_core.model import Status
-from lambo_core.recall import ACCESS_COUNTS
 from lambo_core.saints import run_saints
+from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.stale import run_stale
 from lambo_core.store import MemoryStore, SqliteStore

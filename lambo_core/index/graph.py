@@ -27,7 +27,7 @@ result caches can key on it.
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -104,6 +104,7 @@ class SessionGraph:
         self._by_key: _MultiIndex = {}  # canonical key -> node id(s)
         self._interactions: set[str] = set()
         self._edge_count = 0
+        self._status_count: Counter[Status] = Counter()  # lambo_stats reads it per call
         self._strings: dict[str, str] = {}  # see _shared
 
     # -- building ---------------------------------------------------------------
@@ -191,6 +192,7 @@ class SessionGraph:
         if old is not None:
             self._unindex(old)
         self._concepts[kept.id] = kept
+        self._status_count[kept.status] += 1
         _multi_add(self._by_prefix, short_id(kept.id), kept.id)
         _multi_add(self._by_key, kept.canonical_key, kept.id)
         if kept.interaction_id:
@@ -198,6 +200,7 @@ class SessionGraph:
         self.version += 1
 
     def _unindex(self, concept: Concept) -> None:
+        self._status_count[concept.status] -= 1
         _multi_remove(self._by_prefix, short_id(concept.id), concept.id)
         _multi_remove(self._by_key, concept.canonical_key, concept.id)
 
@@ -263,8 +266,14 @@ class SessionGraph:
     def set_status(self, node_id: str, status: Status) -> None:
         concept = self._concepts.get(node_id)
         if concept is not None:
+            self._status_count[concept.status] -= 1
+            self._status_count[status] += 1
             concept.status = status
             self.version += 1
+
+    def status_count(self, status: Status) -> int:
+        """How many concepts hold ``status`` (kept as statuses change, not counted per call)."""
+        return self._status_count[status]
 
     def touch(self) -> None:
         """Record a change made directly on a held Concept (bumps ``version``)."""
@@ -284,6 +293,16 @@ class SessionGraph:
     @property
     def interaction_count(self) -> int:
         return len(self._interactions)
+
+    def adjacency_out(self, edge_type: EdgeType) -> dict[str, dict[str, Edge]]:
+        """src -> {dst: edge} for one edge type: the live index, read-only, for hot loops
+        (scoring a hundred candidates a recall) that cannot afford a list per call.
+        Insertion order is write order."""
+        return self._out[edge_type]
+
+    def adjacency_in(self, edge_type: EdgeType) -> dict[str, dict[str, Edge]]:
+        """dst -> {src: edge} for one edge type; as ``adjacency_out``."""
+        return self._in[edge_type]
 
     def concept_ids(self) -> list[str]:
         return list(self._concepts)

@@ -54,7 +54,8 @@ from lambo_core.model import (  # noqa: E402
     InteractionKind,
     WriteBatch,
 )
-from lambo_core.recall import ACCESS_COUNTS, RecallDefaults, recall  # noqa: E402
+from lambo_core.recall import RecallDefaults, recall  # noqa: E402
+from lambo_core.scoring import ACCESS_COUNTS  # noqa: E402
 from lambo_core.session import EmbedderPlan, Session  # noqa: E402
 from lambo_core.store import SqliteStore  # noqa: E402
 from lambo_core.text import canonical_key  # noqa: E402

@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
 from lambo_core.embed.pull import import_model  # noqa: E402
-from lambo_core.recall import ACCESS_COUNTS, RecallDefaults, recall  # noqa: E402
+from lambo_core.recall import RecallDefaults, recall  # noqa: E402
+from lambo_core.scoring import ACCESS_COUNTS  # noqa: E402
 from lambo_core.session import EmbedderPlan, Session  # noqa: E402
 from lambo_core.store import SqliteStore  # noqa: E402
 from lambo_core.text import canonical_key  # noqa: E402

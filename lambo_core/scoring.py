@@ -1,0 +1,339 @@
+"""The base score: a concept's standing in its session, shared by recall, canonization,
+garbage collection and inspect; and the recall access counts it reads.
+
+The weights are the older release's (0.2.2): 0.25 recency + 0.20 frequency +
+0.20 activity + 0.35 density + an edge bonus + a type offset. Access counts live
+in RAM (``ACCESS_COUNTS``) until the writer thread writes them behind, so a read
+never writes to the store.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .index.graph import SessionGraph
+from .model import Concept, ConceptType, Edge, EdgeType
+
+if TYPE_CHECKING:
+    from .session import Session
+
+# =====================================================================================
+# access counts (RAM only; the daemon writes them behind)
+# =====================================================================================
+
+
+class AccessCounter:
+    """Recall hits counted per session in RAM, until the daemon writes them to the store.
+
+    A read never writes to the store: ``record`` only bumps a counter under a
+    short lock. The daemon calls ``drain`` and passes the counts to
+    ``Store.add_access_counts``; if that fails it hands them back with
+    ``restore``. ``pending`` lets the base score see counts not yet flushed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: weakref.WeakKeyDictionary[Session, Counter[str]] = weakref.WeakKeyDictionary()
+
+    def record(self, session: Session, node_ids: Iterable[str]) -> None:
+        with self._lock:
+            counts = self._counts.get(session)
+            if counts is None:
+                counts = self._counts[session] = Counter()
+            counts.update(node_ids)
+
+    def pending(self, session: Session, node_id: str) -> int:
+        with self._lock:
+            counts = self._counts.get(session)
+            return counts[node_id] if counts is not None else 0
+
+    def drain(self, session: Session) -> dict[str, int]:
+        """Take every count recorded for ``session`` (the counter starts again from zero)."""
+        with self._lock:
+            counts = self._counts.pop(session, None)
+        return dict(counts) if counts else {}
+
+    def restore(self, session: Session, counts: Mapping[str, int]) -> None:
+        """Give back counts a failed flush took, so the next flush writes them."""
+        with self._lock:
+            held = self._counts.get(session)
+            if held is None:
+                held = self._counts[session] = Counter()
+            held.update(counts)
+
+
+ACCESS_COUNTS = AccessCounter()
+
+
+# =====================================================================================
+# session-wide facts the base score needs
+# =====================================================================================
+
+
+def derives_adjacency(graph: SessionGraph) -> dict[str, dict[str, Edge]]:
+    """interaction id -> {concept id: DERIVES edge}, in insertion (so write) order.
+
+    The graph's adjacency keeps interactions in the order
+    their first DERIVES edge arrived, which is write order live and stored order
+    (``ORDER BY eid``) after an open, so the most recent ones are at the end.
+    """
+    return graph.adjacency_out(EdgeType.DERIVES)
+
+
+def recent_interactions(graph: SessionGraph, count: int) -> list[str]:
+    """The ``count`` most recent interactions that wrote concepts, newest first."""
+    adjacency = derives_adjacency(graph)
+    window: list[tuple[float, int, str]] = []
+    for order, interaction in enumerate(reversed(adjacency)):
+        if order >= count * 4:  # a little slack for out-of-order timestamps
+            break
+        edges = adjacency.get(interaction)
+        if not edges:
+            continue
+        when = max(edge.created_at for edge in edges.values())
+        window.append((when, -order, interaction))
+    window.sort(reverse=True)
+    return [interaction for _, _, interaction in window[:count]]
+
+
+def interaction_count(graph: SessionGraph) -> int:
+    return graph.interaction_count
+
+
+def _degree_table(graph: SessionGraph) -> int:
+    """The highest edge count (all types, both directions) of any concept in the session."""
+    degree: Counter[str] = Counter()
+    for edge_type in EdgeType:
+        for by_node in (graph.adjacency_out(edge_type), graph.adjacency_in(edge_type)):
+            for node, peers in by_node.items():
+                degree[node] += len(peers)
+    best = 0
+    for node, n in degree.items():
+        if n > best and node in graph:
+            best = n
+    return best
+
+
+class _SessionStats:
+    """Session-wide denominators of the base score, cached on the graph's version.
+
+    The highest edge count takes one pass over the adjacency (about 0.2 s at
+    100k concepts). A small session (under ``LARGE``) recomputes it inline on
+    every change. A large one computes it inline once, then refreshes it in a
+    background thread at most every ``REFRESH_S`` seconds after changes; reads
+    meanwhile use the last value (a hit's own degree above it counts as the
+    highest), so no read after a write pays the pass.
+    """
+
+    LARGE = 5_000
+    REFRESH_S = 2.0
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.max_degree = 0
+        self.computed_at = -math.inf
+        self.refreshing = False
+        self.lock = threading.Lock()
+
+
+_STATS: weakref.WeakKeyDictionary[SessionGraph, _SessionStats] = weakref.WeakKeyDictionary()
+_STATS_LOCK = threading.Lock()
+
+
+def max_degree(graph: SessionGraph, monotonic_now: float) -> int:
+    """The session's highest edge count (the caller holds the index lock)."""
+    with _STATS_LOCK:
+        stats = _STATS.get(graph)
+        if stats is None:
+            stats = _STATS[graph] = _SessionStats()
+    with stats.lock:
+        if stats.version == graph.version:
+            return stats.max_degree
+        if stats.version < 0 or len(graph) < _SessionStats.LARGE:
+            stats.max_degree = _degree_table(graph)
+            stats.version = graph.version
+            stats.computed_at = monotonic_now
+        elif not stats.refreshing and monotonic_now - stats.computed_at >= _SessionStats.REFRESH_S:
+            stats.refreshing = True
+            threading.Thread(
+                target=_refresh_degree,
+                args=(weakref.ref(graph), stats),
+                name="lambo-recall-degree",
+                daemon=True,
+            ).start()
+        return stats.max_degree
+
+
+def _refresh_degree(graph_ref: weakref.ref[SessionGraph], stats: _SessionStats) -> None:
+    """Recompute the highest degree without the index lock; retry if a write overlapped."""
+    try:
+        for _ in range(5):
+            graph = graph_ref()
+            if graph is None:
+                return
+            version = graph.version
+            try:
+                value = _degree_table(graph)
+            except RuntimeError:  # the adjacency changed size under the scan: go again
+                time.sleep(0.05)
+                continue
+            with stats.lock:
+                stats.max_degree = value
+                stats.version = version
+                stats.computed_at = time.monotonic()
+            return
+    finally:
+        with stats.lock:
+            stats.refreshing = False
+
+
+# =====================================================================================
+# the base score
+# =====================================================================================
+
+RECENCY_HALF_LIFE_S = 7 * 24 * 3600.0
+TYPE_OFFSET = {
+    ConceptType.CONSTRAINT: 0.15,
+    ConceptType.ENTITY: 0.05,
+    ConceptType.LOGIC: 0.05,
+    ConceptType.RESOURCE: 0.0,
+    ConceptType.OBSERVATION: -0.10,
+}
+EDGE_BONUS = {
+    EdgeType.PRODUCES: 0.02,
+    EdgeType.MODIFIES: 0.02,
+    EdgeType.DEPENDENCY: 0.02,
+    EdgeType.HIERARCHICAL: 0.015,
+    EdgeType.SEMANTIC: 0.01,
+    EdgeType.COOCCURRENCE: 0.005,
+}
+EDGE_BONUS_CAP = 0.25
+
+
+@dataclass(frozen=True)
+class BaseParts:
+    """The base score's terms, for tests and inspect."""
+
+    recency: float
+    frequency: float
+    activity: float
+    density: float
+    edge_bonus: float
+    type_offset: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.recency
+            + self.frequency
+            + self.activity
+            + self.density
+            + self.edge_bonus
+            + self.type_offset
+        )
+
+
+EdgeSummary = tuple[int, float, float, frozenset[str]]
+
+
+class EdgeView:
+    """Every edge touching a concept, read straight from the graph's per-type adjacency.
+
+    ``SessionGraph.edges_in/edges_out`` build a list per call and hash an
+    Enum per edge type; scoring a hundred candidates per recall that way cost
+    most of the recall. This holds the per-type dicts once per recall (types no
+    concept has are skipped), and keeps each concept's summary until the
+    graph's version changes (``_SUMMARIES``), so a read-mostly session scores a
+    concept it has seen before with one lookup.
+    """
+
+    def __init__(self, graph: SessionGraph) -> None:
+        self.sides = [
+            (EDGE_BONUS.get(t, 0.0), t is EdgeType.DERIVES, side)
+            for t in EdgeType
+            for side in (graph.adjacency_out(t), graph.adjacency_in(t))
+            if side
+        ]
+        self.cache = _summary_cache(graph)
+
+    def summary(self, node_id: str) -> EdgeSummary:
+        """(edge count, edge bonus, latest edge time, interactions that wrote an edge)."""
+        found = self.cache.get(node_id)
+        if found is not None:
+            return found
+        count, bonus, last = 0, 0.0, -math.inf
+        touched: set[str] = set()
+        for weight, derives, by_node in self.sides:
+            peers = by_node.get(node_id)
+            if not peers:
+                continue
+            count += len(peers)
+            bonus += weight * len(peers)
+            for edge in peers.values():
+                if edge.created_at > last:
+                    last = edge.created_at
+                if edge.interaction_id:
+                    touched.add(edge.interaction_id)
+                if derives:
+                    touched.add(edge.src)
+        result = (count, bonus, last, frozenset(touched))
+        if len(self.cache) < SUMMARY_CACHE_SIZE:
+            self.cache[node_id] = result
+        return result
+
+
+SUMMARY_CACHE_SIZE = 20_000  # about 6 MB at most
+_SUMMARIES: weakref.WeakKeyDictionary[SessionGraph, tuple[int, dict[str, EdgeSummary]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _summary_cache(graph: SessionGraph) -> dict[str, EdgeSummary]:
+    """The edge summaries cached for the graph's current version (a fresh dict after a change)."""
+    with _STATS_LOCK:
+        held = _SUMMARIES.get(graph)
+        if held is None or held[0] != graph.version:
+            held = _SUMMARIES[graph] = (graph.version, {})
+        return held[1]
+
+
+def base_parts(
+    graph: SessionGraph,
+    concept: Concept,
+    now: float,
+    *,
+    max_degree: int,
+    interactions: int,
+    pending_access: int = 0,
+    view: EdgeView | None = None,
+) -> BaseParts:
+    """A concept's standing in its session, in [-0.10, 1.40] (the 0.2.2 weights).
+
+    0.25 recency (halving every 7 days since it or an edge of it was last
+    written) + 0.20 frequency (accesses / 10, capped) + 0.20 activity (the share
+    of the session's interactions that touched it) + 0.35 density (its edge
+    count / the session's highest) + an edge bonus (capped at 0.25) + a type
+    offset.
+    """
+    count, bonus, last, written = (view or EdgeView(graph)).summary(concept.id)
+    last = max(last, concept.created_at)
+    touched = len(written)
+    if concept.interaction_id and concept.interaction_id not in written:
+        touched += 1
+    age = max(0.0, now - last)
+    top = max(max_degree, count)
+    return BaseParts(
+        recency=0.25 * 0.5 ** (age / RECENCY_HALF_LIFE_S),
+        frequency=0.20 * min(1.0, (concept.access_count + pending_access) / 10.0),
+        activity=0.20 * min(1.0, touched / interactions) if interactions else 0.0,
+        density=0.35 * (count / top) if top else 0.0,
+        edge_bonus=min(bonus, EDGE_BONUS_CAP),
+        type_offset=TYPE_OFFSET[concept.concept_type],
+    )
