@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from . import __version__
+from .canon_commands import canon_group, session_group
 from .config import Config, load_config, render_default_file, render_show, store_flags
 from .embed.commands import model_group
 from .errors import ConfigError, ErrorKind, LamboError, ParameterError
@@ -541,6 +542,8 @@ def release_cmd(
 
 
 cli.add_command(model_group)
+cli.add_command(canon_group)
+cli.add_command(session_group)
 
 
 def main(argv: list[str] | None = None) -> int:

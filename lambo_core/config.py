@@ -172,8 +172,9 @@ KEYS: tuple[Key, ...] = (
         "fusion",
         "method",
         "max",
-        "how leg scores combine: max (highest raw score) or rrf (reciprocal rank fusion)",
-        choices=("max", "rrf"),
+        "how leg scores combine: max (the highest leg score), rrf (reciprocal rank "
+        "fusion) or sum (the legs' scores added)",
+        choices=("max", "rrf", "sum"),
     ),
     Key("fusion", "rrf_k", 60, "the k of reciprocal rank fusion", minimum=1, maximum=10_000),
     # [selection]

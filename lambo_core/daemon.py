@@ -101,6 +101,9 @@ class Daemon:
         self.contradictions_dropped = 0
         with _REGISTRY_LOCK:
             _DAEMONS[session] = self
+        # Recall reads the list through the session (recall cannot import the daemon:
+        # the daemon imports gc, which imports recall).
+        session.contradiction_listing = self.listed
 
     def attach(self, pipeline: WritePipeline) -> Daemon:
         """Run ``cycle`` on the pipeline's writer thread every ``cycle_interval_s``."""

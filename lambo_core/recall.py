@@ -54,6 +54,7 @@ version), so a repeated query costs only the ranking.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -61,17 +62,27 @@ import time
 import unicodedata
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .args import check_arguments, check_int, require
+from .args import check_arguments, check_int, check_scope, require
+from .canon import superseded_history
 from .context import HitBlock, pillar_line, render_context
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, ContradictionInfo, is_contradicted
 from .embed.onnx import EmbedderLoading
 from .errors import ConfigError, LamboError, ParameterError, StoreError
 from .index.keywords import tokenize
-from .model import Concept, ConceptType, EdgeType, Status, short_id
+from .model import ConceptType, EdgeType, Status, short_id
+from .scoring import (
+    ACCESS_COUNTS,
+    EdgeView,
+    base_parts,
+    derives_adjacency,
+    interaction_count,
+    max_degree,
+    recent_interactions,
+)
 from .text import MAX_STRING_BYTES, check_agent_id, check_string, format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -79,6 +90,8 @@ if TYPE_CHECKING:
     from .index.graph import SessionGraph
     from .index.session_index import SessionIndex
     from .session import Session
+
+log = logging.getLogger(__name__)
 
 TOOL = "lambo_recall"
 ARGUMENTS = (
@@ -176,54 +189,6 @@ class RecallRequest:
 
 
 # =====================================================================================
-# access counts (RAM only; the daemon writes them behind)
-# =====================================================================================
-
-
-class AccessCounter:
-    """Recall hits counted per session in RAM, until the daemon writes them to the store.
-
-    A read never writes to the store: ``record`` only bumps a counter under a
-    short lock. The daemon calls ``drain`` and passes the counts to
-    ``Store.add_access_counts``; if that fails it hands them back with
-    ``restore``. ``pending`` lets the base score see counts not yet flushed.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: weakref.WeakKeyDictionary[Session, Counter[str]] = weakref.WeakKeyDictionary()
-
-    def record(self, session: Session, node_ids: Iterable[str]) -> None:
-        with self._lock:
-            counts = self._counts.get(session)
-            if counts is None:
-                counts = self._counts[session] = Counter()
-            counts.update(node_ids)
-
-    def pending(self, session: Session, node_id: str) -> int:
-        with self._lock:
-            counts = self._counts.get(session)
-            return counts[node_id] if counts is not None else 0
-
-    def drain(self, session: Session) -> dict[str, int]:
-        """Take every count recorded for ``session`` (the counter starts again from zero)."""
-        with self._lock:
-            counts = self._counts.pop(session, None)
-        return dict(counts) if counts else {}
-
-    def restore(self, session: Session, counts: Mapping[str, int]) -> None:
-        """Give back counts a failed flush took, so the next flush writes them."""
-        with self._lock:
-            held = self._counts.get(session)
-            if held is None:
-                held = self._counts[session] = Counter()
-            held.update(counts)
-
-
-ACCESS_COUNTS = AccessCounter()
-
-
-# =====================================================================================
 # arguments
 # =====================================================================================
 
@@ -260,7 +225,7 @@ def parse_request(session: Session, args: object, defaults: RecallDefaults) -> R
         )
     scope = checked.get("scope")
     if scope is not None:
-        _check_scope(session.name, scope)
+        check_scope(scope, session.name)
     return RecallRequest(agent_id, query, top_k, max_tokens, depth)
 
 
@@ -269,16 +234,6 @@ def _int_arg(args: Mapping[str, Any], name: str, default: int, bounds: tuple[int
     if value is None:
         return default
     return check_int(name, value, *bounds)
-
-
-def _check_scope(session_name: str, scope: object) -> None:
-    if not isinstance(scope, str):
-        raise ParameterError("scope must be a string")
-    if scope != session_name:
-        shown = '""' if scope == "" else f'"{show_safely(scope, 64)}"'
-        raise ParameterError(
-            f"scope {shown} is not a scope of this session; its scopes are: {session_name}"
-        )
 
 
 # =====================================================================================
@@ -307,277 +262,6 @@ def keyword_query(query: str) -> str:
     terms = tokenize(query)
     content = [t for t in terms if t not in FUNCTION_WORDS]
     return " ".join(content or terms)
-
-
-# =====================================================================================
-# the graph facts recall needs that SessionGraph does not expose
-# =====================================================================================
-
-
-def _derives_adjacency(graph: SessionGraph) -> dict[str, dict[str, Any]]:
-    """interaction id -> {concept id: DERIVES edge}, in insertion (so write) order.
-
-    Read from the graph's private adjacency: it keeps interactions in the order
-    their first DERIVES edge arrived, which is write order live and stored order
-    (``ORDER BY eid``) after an open, so the most recent ones are at the end.
-    """
-    adjacency: dict[str, dict[str, Any]] = graph._out[EdgeType.DERIVES]
-    return adjacency
-
-
-def recent_interactions(graph: SessionGraph, count: int) -> list[str]:
-    """The ``count`` most recent interactions that wrote concepts, newest first."""
-    adjacency = _derives_adjacency(graph)
-    window: list[tuple[float, int, str]] = []
-    for order, interaction in enumerate(reversed(adjacency)):
-        if order >= count * 4:  # a little slack for out-of-order timestamps
-            break
-        edges = adjacency.get(interaction)
-        if not edges:
-            continue
-        when = max(edge.created_at for edge in edges.values())
-        window.append((when, -order, interaction))
-    window.sort(reverse=True)
-    return [interaction for _, _, interaction in window[:count]]
-
-
-def interaction_count(graph: SessionGraph) -> int:
-    interactions: set[str] = graph._interactions
-    return len(interactions)
-
-
-def _degree_table(graph: SessionGraph) -> int:
-    """The highest edge count (all types, both directions) of any concept in the session."""
-    degree: Counter[str] = Counter()
-    for side in (graph._out, graph._in):
-        for by_node in side.values():
-            for node, peers in by_node.items():
-                degree[node] += len(peers)
-    best = 0
-    for node, n in degree.items():
-        if n > best and node in graph:
-            best = n
-    return best
-
-
-class _SessionStats:
-    """Session-wide denominators of the base score, cached on the graph's version.
-
-    The highest edge count takes one pass over the adjacency (about 0.2 s at
-    100k concepts). A small session (under ``LARGE``) recomputes it inline on
-    every change. A large one computes it inline once, then refreshes it in a
-    background thread at most every ``REFRESH_S`` seconds after changes; reads
-    meanwhile use the last value (a hit's own degree above it counts as the
-    highest), so no read after a write pays the pass.
-    """
-
-    LARGE = 5_000
-    REFRESH_S = 2.0
-
-    def __init__(self) -> None:
-        self.version = -1
-        self.max_degree = 0
-        self.computed_at = -math.inf
-        self.refreshing = False
-        self.lock = threading.Lock()
-
-
-_STATS: weakref.WeakKeyDictionary[SessionGraph, _SessionStats] = weakref.WeakKeyDictionary()
-_STATS_LOCK = threading.Lock()
-
-
-def _max_degree(graph: SessionGraph, monotonic_now: float) -> int:
-    """The session's highest edge count (the caller holds the index lock)."""
-    with _STATS_LOCK:
-        stats = _STATS.get(graph)
-        if stats is None:
-            stats = _STATS[graph] = _SessionStats()
-    with stats.lock:
-        if stats.version == graph.version:
-            return stats.max_degree
-        if stats.version < 0 or len(graph) < _SessionStats.LARGE:
-            stats.max_degree = _degree_table(graph)
-            stats.version = graph.version
-            stats.computed_at = monotonic_now
-        elif not stats.refreshing and monotonic_now - stats.computed_at >= _SessionStats.REFRESH_S:
-            stats.refreshing = True
-            threading.Thread(
-                target=_refresh_degree,
-                args=(weakref.ref(graph), stats),
-                name="lambo-recall-degree",
-                daemon=True,
-            ).start()
-        return stats.max_degree
-
-
-def _refresh_degree(graph_ref: weakref.ref[SessionGraph], stats: _SessionStats) -> None:
-    """Recompute the highest degree without the index lock; retry if a write overlapped."""
-    try:
-        for _ in range(5):
-            graph = graph_ref()
-            if graph is None:
-                return
-            version = graph.version
-            try:
-                value = _degree_table(graph)
-            except RuntimeError:  # the adjacency changed size under the scan: go again
-                time.sleep(0.05)
-                continue
-            with stats.lock:
-                stats.max_degree = value
-                stats.version = version
-                stats.computed_at = time.monotonic()
-            return
-    finally:
-        with stats.lock:
-            stats.refreshing = False
-
-
-# =====================================================================================
-# the base score
-# =====================================================================================
-
-RECENCY_HALF_LIFE_S = 7 * 24 * 3600.0
-TYPE_OFFSET = {
-    ConceptType.CONSTRAINT: 0.15,
-    ConceptType.ENTITY: 0.05,
-    ConceptType.LOGIC: 0.05,
-    ConceptType.RESOURCE: 0.0,
-    ConceptType.OBSERVATION: -0.10,
-}
-EDGE_BONUS = {
-    EdgeType.PRODUCES: 0.02,
-    EdgeType.MODIFIES: 0.02,
-    EdgeType.DEPENDENCY: 0.02,
-    EdgeType.HIERARCHICAL: 0.015,
-    EdgeType.SEMANTIC: 0.01,
-    EdgeType.COOCCURRENCE: 0.005,
-}
-EDGE_BONUS_CAP = 0.25
-
-
-@dataclass(frozen=True)
-class BaseParts:
-    """The base score's terms, for tests and inspect."""
-
-    recency: float
-    frequency: float
-    activity: float
-    density: float
-    edge_bonus: float
-    type_offset: float
-
-    @property
-    def total(self) -> float:
-        return (
-            self.recency
-            + self.frequency
-            + self.activity
-            + self.density
-            + self.edge_bonus
-            + self.type_offset
-        )
-
-
-EdgeSummary = tuple[int, float, float, frozenset[str]]
-
-
-class EdgeView:
-    """Every edge touching a concept, read straight from the graph's per-type adjacency.
-
-    ``SessionGraph.edges_in/edges_out`` build a list per call and hash an
-    Enum per edge type; scoring a hundred candidates per recall that way cost
-    most of the recall. This holds the per-type dicts once per recall (types no
-    concept has are skipped), and keeps each concept's summary until the
-    graph's version changes (``_SUMMARIES``), so a read-mostly session scores a
-    concept it has seen before with one lookup.
-    """
-
-    def __init__(self, graph: SessionGraph) -> None:
-        out: dict[EdgeType, dict[str, dict[str, Any]]] = graph._out
-        inn: dict[EdgeType, dict[str, dict[str, Any]]] = graph._in
-        self.sides = [
-            (EDGE_BONUS.get(t, 0.0), t is EdgeType.DERIVES, side[t])
-            for t in EdgeType
-            for side in (out, inn)
-            if side[t]
-        ]
-        self.cache = _summary_cache(graph)
-
-    def summary(self, node_id: str) -> EdgeSummary:
-        """(edge count, edge bonus, latest edge time, interactions that wrote an edge)."""
-        found = self.cache.get(node_id)
-        if found is not None:
-            return found
-        count, bonus, last = 0, 0.0, -math.inf
-        touched: set[str] = set()
-        for weight, derives, by_node in self.sides:
-            peers = by_node.get(node_id)
-            if not peers:
-                continue
-            count += len(peers)
-            bonus += weight * len(peers)
-            for edge in peers.values():
-                if edge.created_at > last:
-                    last = edge.created_at
-                if edge.interaction_id:
-                    touched.add(edge.interaction_id)
-                if derives:
-                    touched.add(edge.src)
-        result = (count, bonus, last, frozenset(touched))
-        if len(self.cache) < SUMMARY_CACHE_SIZE:
-            self.cache[node_id] = result
-        return result
-
-
-SUMMARY_CACHE_SIZE = 20_000  # about 6 MB at most
-_SUMMARIES: weakref.WeakKeyDictionary[SessionGraph, tuple[int, dict[str, EdgeSummary]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _summary_cache(graph: SessionGraph) -> dict[str, EdgeSummary]:
-    """The edge summaries cached for the graph's current version (a fresh dict after a change)."""
-    with _STATS_LOCK:
-        held = _SUMMARIES.get(graph)
-        if held is None or held[0] != graph.version:
-            held = _SUMMARIES[graph] = (graph.version, {})
-        return held[1]
-
-
-def base_parts(
-    graph: SessionGraph,
-    concept: Concept,
-    now: float,
-    *,
-    max_degree: int,
-    interactions: int,
-    pending_access: int = 0,
-    view: EdgeView | None = None,
-) -> BaseParts:
-    """A concept's standing in its session, in [-0.10, 1.40] (the 0.2.2 weights).
-
-    0.25 recency (halving every 7 days since it or an edge of it was last
-    written) + 0.20 frequency (accesses / 10, capped) + 0.20 activity (the share
-    of the session's interactions that touched it) + 0.35 density (its edge
-    count / the session's highest) + an edge bonus (capped at 0.25) + a type
-    offset.
-    """
-    count, bonus, last, written = (view or EdgeView(graph)).summary(concept.id)
-    last = max(last, concept.created_at)
-    touched = len(written)
-    if concept.interaction_id and concept.interaction_id not in written:
-        touched += 1
-    age = max(0.0, now - last)
-    top = max(max_degree, count)
-    return BaseParts(
-        recency=0.25 * 0.5 ** (age / RECENCY_HALF_LIFE_S),
-        frequency=0.20 * min(1.0, (concept.access_count + pending_access) / 10.0),
-        activity=0.20 * min(1.0, touched / interactions) if interactions else 0.0,
-        density=0.35 * (count / top) if top else 0.0,
-        edge_bonus=min(bonus, EDGE_BONUS_CAP),
-        type_offset=TYPE_OFFSET[concept.concept_type],
-    )
 
 
 # =====================================================================================
@@ -691,7 +375,7 @@ def run_legs(
 
 
 def _recent_leg(graph: SessionGraph, limit: int) -> list[tuple[str, float]]:
-    adjacency = _derives_adjacency(graph)
+    adjacency = derives_adjacency(graph)
     found: dict[str, float] = {}
     for interaction in recent_interactions(graph, RECENT_INTERACTIONS):
         for node in adjacency.get(interaction, {}):
@@ -866,7 +550,7 @@ class _Scorer:
         self.session = session
         self.graph = session.index.graph
         self.now = now
-        self.max_degree = _max_degree(self.graph, monotonic_now)
+        self.max_degree = max_degree(self.graph, monotonic_now)
         self.interactions = interaction_count(self.graph)
         self.view = EdgeView(self.graph)
 
@@ -1212,9 +896,17 @@ def recall(
             if extra:
                 ranked = order_candidates([*live, *extra])
         picks = select_with_contradictions(
-            graph, ranked, request.top_k, now, defaults.edge_min_age_s, scorer
+            graph,
+            ranked,
+            request.top_k,
+            now,
+            defaults.edge_min_age_s,
+            scorer,
+            listed=_daemon_listing(session),
         )
-        blocks, hits, lines = _describe(graph, picks, defaults, now)
+        blocks, hits, lines = _describe(
+            graph, picks, defaults, now, history=lambda node_id: _history_line(session, node_id)
+        )
 
     warnings = [vector_warning] if vector_warning else []
     return _finish(session, request, blocks, hits, warnings + lines, header=None)
@@ -1239,6 +931,24 @@ class Pick:
     pulled_in: bool = False  # only here as the concept beside a contradicted hit
 
 
+def _daemon_listing(session: Session) -> Callable[[str], bool]:
+    """The daemon's contradiction list when one runs for the session; else every hit counts
+    (a session opened without a daemon, as in tests and one-shot tools)."""
+    return session.contradiction_listing or (lambda _node_id: True)
+
+
+def _listed_contradiction(
+    graph: SessionGraph,
+    node_id: str,
+    now: float,
+    edge_min_age: float,
+    listed: Callable[[str], bool],
+) -> ContradictionInfo | None:
+    if not listed(node_id):
+        return None
+    return is_contradicted(graph, node_id, now, edge_min_age)
+
+
 def select_with_contradictions(
     graph: SessionGraph,
     ranked: Sequence[Candidate],
@@ -1246,8 +956,13 @@ def select_with_contradictions(
     now: float,
     edge_min_age: float,
     scorer: _Scorer,
+    *,
+    listed: Callable[[str], bool] = lambda _node_id: True,
 ) -> list[Pick]:
     """The first ``top_k``, plus what the contradiction rules keep or pull in (lock held).
+
+    ``listed`` is the daemon's contradiction list (with its budget): a hit warns
+    only once the daemon has listed it and the rule still holds now.
 
     A contradicted Canonical or Venerable candidate is kept past top_k; any
     contradicted hit in the result has its contradicting concept beside it
@@ -1258,12 +973,14 @@ def select_with_contradictions(
     for cand in ranked[top_k:]:
         concept = graph.concept(cand.node_id)
         if concept is not None and concept.status in (Status.CANONICAL, Status.VENERABLE):
-            info = is_contradicted(graph, cand.node_id, now, edge_min_age)
+            info = _listed_contradiction(graph, cand.node_id, now, edge_min_age, listed)
             if info is not None:
                 picks.append(Pick(cand, contradiction=info))
     for pick in picks:
         if pick.contradiction is None:
-            pick.contradiction = is_contradicted(graph, pick.cand.node_id, now, edge_min_age)
+            pick.contradiction = _listed_contradiction(
+                graph, pick.cand.node_id, now, edge_min_age, listed
+            )
     by_id = {p.cand.node_id: p for p in picks}
     ordered: list[Pick] = []
     for pick in picks:
@@ -1331,6 +1048,16 @@ def rests_on_lines(graph: SessionGraph, node_id: str, now: float, edge_min_age: 
     return lines
 
 
+def _history_line(session: Session, node_id: str) -> str | None:
+    """The ``⤓ Superseded at …`` line of a demoted concept (history, not a warning)."""
+    try:
+        line = superseded_history(session, node_id)
+    except LamboError as exc:  # the line is history: a store that cannot say leaves it out
+        log.warning("superseded history of %s not read: %s", node_id, exc.detail)
+        return None
+    return line.render() if line is not None else None
+
+
 def _describe(
     graph: SessionGraph,
     picks: Sequence[Pick],
@@ -1338,6 +1065,7 @@ def _describe(
     now: float,
     *,
     traversal: bool = False,
+    history: Callable[[str], str | None] = lambda _node_id: None,
 ) -> tuple[list[HitBlock], list[dict[str, Any]], list[str]]:
     """Blocks, structured hits and warning lines for the picked hits (lock held).
 
@@ -1361,6 +1089,7 @@ def _describe(
             if not traversal:
                 own.extend(rests_on_lines(graph, cand.node_id, now, defaults.edge_min_age_s))
         own.extend(contradicts_line(graph, target) for target in pick.contradicts)
+        past = history(cand.node_id) if not pick.pulled_in and not traversal else None
         blocks.append(
             HitBlock(
                 node_id=concept.id,
@@ -1369,7 +1098,7 @@ def _describe(
                 canonical=concept.status is Status.CANONICAL,
                 score=cand.score,
                 blast_radius=radius,
-                lines=tuple(own),
+                lines=(*own, past) if past else tuple(own),
             )
         )
         hit: dict[str, Any] = {

@@ -23,14 +23,16 @@ from .canon import CanonRules
 from .config import Config
 from .daemon import Daemon
 from .errors import LamboError, ParameterError, internal_fault
+from .gc import gc_stats
 from .inspect import run_inspect
 from .locks import LockTable, run_reserve
+from .model import Status
 from .recall import RecallDefaults, recall
 from .receipts import WAIT_MS_MAX, ReceiptView, render_line, render_piggyback, to_structured
 from .saints import run_saints
 from .session import Session
 from .stale import run_stale
-from .text import check_agent_id, check_string, format_rfc3339
+from .text import check_agent_id, check_string
 from .writes import WritePipeline
 
 log = logging.getLogger(__name__)
@@ -216,8 +218,7 @@ class MemoryService:
             concepts = len(graph)
             edges = graph.edge_count
             interactions = graph.interaction_count
-            canonical = sum(1 for c in graph.iter_concepts() if c.status.value == "canonical")
-        record = session.store.get_session(session.name)
+            canonical = graph.status_count(Status.CANONICAL)
         payload: dict[str, Any] = {
             "session": session.name,
             # Writes happen in the hub: these figures are the holder process's.
@@ -240,13 +241,7 @@ class MemoryService:
             "embedding_contract": dict(session.contract),
             "embedding_modalities": session.modalities,
             "embedder_state": self._embedder_state(),
-            "gc": {
-                "last_gc_at": (
-                    format_rfc3339(record.last_gc_at) if record and record.last_gc_at else None
-                ),
-                "last_gc_epoch": record.last_gc_epoch if record else 0,
-                "last_sweep": None,
-            },
+            "gc": gc_stats(session),
         }
         if self.daemon is not None:
             payload.update(self.daemon.counters())
@@ -281,7 +276,19 @@ class MemoryService:
                 f"embedding: {{kind: {contract['kind']}, model: {contract['model']}, "
                 f"dim: {contract['dim']}}}; modalities {modalities}; "
                 f"embedder {p['embedder_state']}",
-                f"gc: last_gc_at {p['gc']['last_gc_at'] or 'never'}, "
-                f"last_gc_epoch {p['gc']['last_gc_epoch']}",
+                gc_line(p["gc"]),
             ]
         )
+
+
+def gc_line(gc: dict[str, Any]) -> str:
+    """The stats summary's ``gc:`` line: the clock, and the last sweep's headline figures."""
+    line = f"gc: last_gc_at {gc['last_gc_at'] or 'never'}, last_gc_epoch {gc['last_gc_epoch']}"
+    sweep = gc.get("last_sweep")
+    if sweep:
+        line += (
+            f"; last sweep ({sweep['trigger']}): {sweep['collected']} collected, "
+            f"{sweep['deferred']} deferred, cap {sweep['collection_cap']}"
+            f"{' (bound)' if sweep['cap_bound'] else ''}"
+        )
+    return line

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +102,9 @@ class Session:
         self.clock = clock
         self._relabel = relabel
         self._stamp_lock = threading.Lock()
+        # The daemon's contradiction list (with its budget), once a daemon runs here:
+        # recall warns on a hit only when it is listed. None: every hit is checked.
+        self.contradiction_listing: Callable[[str], bool] | None = None
 
     @classmethod
     def open(

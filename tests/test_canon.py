@@ -25,7 +25,7 @@ from lambo_core.daemon import Daemon
 from lambo_core.errors import StoreError
 from lambo_core.inspect import run_inspect
 from lambo_core.model import Status, short_id
-from lambo_core.recall import ACCESS_COUNTS, base_parts, interaction_count
+from lambo_core.scoring import ACCESS_COUNTS, base_parts, interaction_count
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key, format_rfc3339
@@ -449,6 +449,15 @@ def test_supersede_demotes_only_on_newer_support_by_other_agents(make_world: Any
         f"⤓ Superseded at {format_rfc3339(demoted_at)} by "
         f'"accounts replaced the users table" (id {short_id(accounts)})'
     )
+    # recall shows it as history on the demoted concept's block, not as a warning
+    from lambo_core.recall import RecallDefaults, recall
+
+    result = recall(
+        world.session, {"agent_id": "q", "query": "user schema"}, defaults=RecallDefaults()
+    )
+    assert line.render() in result.context.split("\n")
+    assert line.render() not in result.warnings
+
     text, data = world.inspect("user schema")
     lines = text.split("\n")
     assert "canonization (Swarm): Venerable -> Canonical refused" in lines
