@@ -273,10 +273,11 @@ class MemoryService:
                 f"replayed {p['write_queue_replayed']}, owed {p['write_queue_replay_owed']}",
                 f"canonization: promotion_policy {p['promotion_policy']}, "
                 f"{p['canonical_count']} canonical, {p['canonization_cycles']} cycles",
+                gc_line(p["gc"]),
+                # The summary ends with the embedding facts (the spec's last line).
                 f"embedding: {{kind: {contract['kind']}, model: {contract['model']}, "
                 f"dim: {contract['dim']}}}; modalities {modalities}; "
                 f"embedder {p['embedder_state']}",
-                gc_line(p["gc"]),
             ]
         )
 
