@@ -2,7 +2,7 @@
 
 Run by hand (pytest does not collect tests/bench):
 
-    /work/venv/bin/python tests/bench/clients.py [--calls 1000] [--agents 32] [--solo 300]
+    /work/venv/bin/python tests/bench/clients.py [--calls 1000] [--agents 32] [--solo 300] [--json]
 
 A fresh LAMBO_HOME under /tmp with the real MiniLM (int8, one thread). Three
 `lambo serve --session bench-clients --store <tmp>/clients.db` processes are
@@ -29,11 +29,13 @@ the difference between hub and forwarders is the hop.
 Peak RSS is each process's VmHWM from /proc/<pid>/status, read at the end before
 closing. Prints one table and the load average; asserts only that nothing was
 dropped and that the hub is the holder.
+``--json`` prints the same numbers as one JSON object (tests/bench/report.py reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -102,6 +104,9 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=32, help="agent ids per client")
     parser.add_argument("--solo", type=int, default=300, help="one-at-a-time rounds")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the table"
+    )
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="lambo-bench-clients-"))
@@ -203,6 +208,45 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     n = args.calls
+    if args.json:
+
+        def cell(samples: list[float]) -> dict[str, float]:
+            return {
+                "p50_ms": percentile(samples, 0.5) * 1000,
+                "p99_ms": percentile(samples, 0.99) * 1000,
+            }
+
+        serves_out = {}
+        for k, (serve, run, solo) in enumerate(zip(serves, runs, solos, strict=True)):
+            serves_out[names[k]] = {
+                "pid": serve.pid,
+                "acked_per_s": len(run.samples) / run.wall_s,
+                "ack": cell(run.samples),
+                "one_by_one": cell(solo.samples),
+                "stats": cell(stats_solo[k]),
+                "dropped": run.dropped + solo.dropped,
+                "peak_rss_kib": rss[k],
+            }
+        fwd_solo_samples = [x for r in solos[1:] for x in r.samples]
+        print(
+            json.dumps(
+                {
+                    "calls": n,
+                    "serves": serves_out,
+                    "forwarders_one_by_one": cell(fwd_solo_samples),
+                    "hop_ms": (
+                        percentile(fwd_solo_samples, 0.5) - percentile(solos[0].samples, 0.5)
+                    )
+                    * 1000,
+                    "acked_per_s": 3 * n / acked_wall,
+                    "applied_per_s": (3 * n - sum(r.dropped for r in runs)) / applied_wall,
+                    "dropped": final["write_queue_dropped"],
+                    "load": load_end,
+                }
+            )
+        )
+        assert dropped == 0 and final["write_queue_dropped"] == 0, "a write was dropped"
+        return 0
     print(
         f"one hub + two forwarders, session {SESSION}, SQLite, MiniLM int8 (1 thread); "
         f"{n} derives through each at once ({3 * n} total), {args.agents} agents per client; "

@@ -2,7 +2,7 @@
 
 Run by hand (pytest does not collect tests/bench):
 
-    /work/venv/bin/python tests/bench/startup.py [--runs 7]
+    /work/venv/bin/python tests/bench/startup.py [--runs 7] [--json]
 
 One LAMBO_HOME under /tmp with the real MiniLM imported and configured (so the model loads
 in the background exactly as in use). Each run spawns ``... serve --session <fresh>``, sends
@@ -23,6 +23,7 @@ The .pyz runs under a Python without lambo's dependencies (/usr/bin/python3.11 w
 qualifies, else this interpreter with ``-I -S``). The archive is dist/'s when it was built from
 this checkout, else built first (build_zipapp.py --if-stale). Target: median <= 1.5 s for
 the installed command and for later .pyz runs. Prints medians; asserts nothing.
+``--json`` prints the same numbers as one JSON object (tests/bench/report.py reads it).
 """
 
 from __future__ import annotations
@@ -165,6 +166,9 @@ def dir_mb(path: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description="spawn -> tools/list, installed and .pyz")
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the table"
+    )
     args = parser.parse_args()
 
     pyz = build_archive()
@@ -207,6 +211,32 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = os.getloadavg()[0]
+
+    if args.json:
+        summary = {
+            name: {
+                "median_s": statistics.median(v),
+                "min_s": min(v),
+                "max_s": max(v),
+                "runs": len(v),
+            }
+            for name, v in samples.items()
+        }
+        print(
+            json.dumps(
+                {
+                    "installed": summary["installed lambo"],
+                    "pyz_first": summary[".pyz, first run (empty cache)"],
+                    "pyz_later": summary[".pyz, later runs"],
+                    "archive": str(pyz.relative_to(ROOT)),
+                    "archive_mb": pyz.stat().st_size / 1e6,
+                    "unpacked_mb": at_start,
+                    "pyz_python": " ".join(python),
+                    "load": [load_before, load_after],
+                }
+            )
+        )
+        return 0
 
     print(f"startup: spawn -> tools/list answered, warm, {args.runs} runs each (LAMBO_HOME with")
     print(f"MiniLM configured; the model loads in the background); {os.cpu_count()} CPUs,")

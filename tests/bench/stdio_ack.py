@@ -2,7 +2,7 @@
 
 Run by hand (pytest does not collect tests/bench):
 
-    /work/venv/bin/python tests/bench/stdio_ack.py [--calls 1000] [--agents 32]
+    /work/venv/bin/python tests/bench/stdio_ack.py [--calls 1000] [--agents 32] [--json]
 
 A fresh LAMBO_HOME under /tmp with the real MiniLM (int8, one thread), one
 `lambo serve --session bench-ack --store <tmp>/ack.db` spoken to in raw JSON-RPC
@@ -25,11 +25,13 @@ Rows:
 
 Prints p50/p99 per row, the load average beside them; target: stdio round trip
 p50 <= 2 ms. Asserts nothing but the dropped count.
+``--json`` prints the same numbers as one JSON object (tests/bench/report.py reads it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -46,6 +48,7 @@ from tests.bench._serve import (
     loadavg,
     make_home,
     ms,
+    percentile,
     profiled_argv,
     sentence,
 )
@@ -91,6 +94,9 @@ def main() -> int:
     parser.add_argument(
         "--profile", type=Path, help="run the serve under cProfile, write its stats here"
     )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the table"
+    )
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="lambo-bench-ack-"))
@@ -131,6 +137,36 @@ def main() -> int:
         ("lambo_derive ack, worker idle", idle, idle_dropped),
         (f"lambo_stats, {final['concept_count']} concepts", stats_full, 0),
     ]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "rows": {
+                        key: {
+                            "label": label,
+                            "n": len(samples),
+                            "p50_ms": percentile(samples, 0.5) * 1000,
+                            "p99_ms": percentile(samples, 0.99) * 1000,
+                            "max_ms": max(samples) * 1000,
+                            "dropped": drops,
+                        }
+                        for key, (label, samples, drops) in zip(
+                            ("stats_fresh", "derive_busy", "derive_idle", "stats_full"),
+                            rows,
+                            strict=True,
+                        )
+                    },
+                    "accepted": final["write_queue_accepted"],
+                    "applied": final["write_queue_applied"],
+                    "dropped": final["write_queue_dropped"],
+                    "apply_ms_p50": final["write_queue_apply_ms_p50"],
+                    "peak_rss_kib": rss,
+                    "load": load,
+                }
+            )
+        )
+        assert dropped == 0 and final["write_queue_dropped"] == 0, "a write was dropped"
+        return 0
     print(
         f"stdio round trip, raw JSON-RPC lines, one `lambo serve` (hub, MiniLM int8, 1 thread); "
         f"{os.cpu_count()} cores, load average {load} (1/5/15 min)"
