@@ -541,6 +541,30 @@ def release_cmd(
     run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json)
 
 
+@cli.command("setup")
+@click.argument("client", type=click.Choice(["claude", "cursor", "codex", "generic"]))
+@click.option("--pyz", metavar="PATH", help="run the server as `python3 PATH serve ...`")
+@click.option("--session", help="the session the client serves (default: this directory's name)")
+@click.option(
+    "--write",
+    is_flag=True,
+    help="merge the entry into the client's file (a .bak keeps the previous one)",
+)
+@reports_errors
+def setup_cmd(client: str, pyz: str | None, session: str | None, write: bool) -> None:
+    """Print (or with --write, merge) the MCP config that runs lambo for CLIENT.
+
+    \b
+    Examples:
+      lambo setup claude
+      lambo setup cursor --write
+      lambo setup codex --pyz dist/lambo.pyz --session myproject
+    """
+    from .setup_clients import setup_client
+
+    click.echo(setup_client(client, session=session, pyz=pyz, write=write), nl=False)
+
+
 cli.add_command(model_group)
 cli.add_command(canon_group)
 cli.add_command(session_group)
