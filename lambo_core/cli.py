@@ -541,6 +541,30 @@ def release_cmd(
     run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json)
 
 
+@cli.command("demo")
+@click.option(
+    "--store",
+    "store",
+    metavar="PATH|memory",
+    help="keep the demo's session in this SQLite file, or `memory` (default: a throwaway file)",
+)
+@click.option("--session", help="the fresh session to run in (default: demo-<timestamp>)")
+@pass_ctx
+@reports_errors
+def demo_cmd(ctx: Context, store: str | None, session: str | None) -> None:
+    """Run a scripted scenario that shows what lambo does, step by step.
+
+    \b
+    Two agents build one REST API: facts derived and cited, an action recorded,
+    `user schema` promoted to Canonical by the daemon, then a contradiction that
+    the second agent's recall warns about. Runs with the installed embedding
+    model, or keyword-only (and says so) when there is none.
+    """
+    from .demo import run_demo
+
+    sys.exit(run_demo(ctx.config, store, session, click.echo))
+
+
 @cli.command("setup")
 @click.argument("client", type=click.Choice(["claude", "cursor", "codex", "generic"]))
 @click.option("--pyz", metavar="PATH", help="run the server as `python3 PATH serve ...`")
