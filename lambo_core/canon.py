@@ -107,6 +107,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from .contradiction import supporting_edges, written_with
 from .errors import LamboError
 from .index.graph import SessionGraph
 from .model import CanonizationEvent, Concept, Edge, EdgeType, Status, short_id
@@ -211,26 +212,6 @@ class Support:
     latest: float | None  # the latest about-time among the counted edges
 
 
-def supporting_edges(graph: SessionGraph, node_id: str) -> list[tuple[str, Edge]]:
-    """(supporting concept, edge): its citing dependents, then its parent_of children."""
-    cited: Mapping[str, Edge] | None = graph._in[EdgeType.DEPENDENCY].get(node_id)
-    children: Mapping[str, Edge] | None = graph._out[EdgeType.HIERARCHICAL].get(node_id)
-    out: list[tuple[str, Edge]] = []
-    if cited:
-        out += [(src, e) for src, e in cited.items() if src != node_id and src in graph]
-    if children:
-        out += [(dst, e) for dst, e in children.items() if dst != node_id and dst in graph]
-    return out
-
-
-def _written_with(concept: Concept, supporter: Concept | None, edge: Edge) -> bool:
-    if concept.interaction_id is None:
-        return False
-    if edge.interaction_id == concept.interaction_id:
-        return True
-    return supporter is not None and supporter.interaction_id == concept.interaction_id
-
-
 def measure_support(
     graph: SessionGraph,
     concept: Concept,
@@ -257,7 +238,7 @@ def measure_support(
         if after is not None and edge.about_time <= after:
             continue
         supporter = graph.concept(other)
-        if _written_with(concept, supporter, edge):
+        if written_with(concept, supporter, edge):
             continue
         source = edge.interaction_id or (supporter.interaction_id if supporter else None)
         interactions.add(source or f"node:{other}")
@@ -369,9 +350,7 @@ _SCORES_LOCK = threading.Lock()
 
 def _pending_access(session: Session) -> dict[str, int]:
     """Every access count recall holds in RAM for ``session`` (one snapshot)."""
-    with ACCESS_COUNTS._lock:
-        held = ACCESS_COUNTS._counts.get(session)
-        return dict(held) if held else {}
+    return ACCESS_COUNTS.snapshot(session)
 
 
 def bulk_scores(
@@ -696,8 +675,8 @@ class Context:
     children: Mapping[str, Mapping[str, Edge]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.cited = self.graph._in[EdgeType.DEPENDENCY]
-        self.children = self.graph._out[EdgeType.HIERARCHICAL]
+        self.cited = self.graph.adjacency_in(EdgeType.DEPENDENCY)
+        self.children = self.graph.adjacency_out(EdgeType.HIERARCHICAL)
 
     @classmethod
     def measure(

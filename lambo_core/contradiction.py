@@ -61,14 +61,22 @@ class ContradictionInfo:
     evidence_at: float | None  # latest supporting evidence that counted against it, if any
 
 
-def _support(graph: SessionGraph, node_id: str) -> list[tuple[str, Edge]]:
-    """(supporting concept, edge) pairs: dependents citing it, and its parent_of children."""
-    out = [(e.src, e) for e in graph.edges_in(node_id, (EdgeType.DEPENDENCY,))]
-    out += [(e.dst, e) for e in graph.edges_out(node_id, (EdgeType.HIERARCHICAL,))]
-    return [(other, e) for other, e in out if other != node_id and other in graph]
+def supporting_edges(graph: SessionGraph, node_id: str) -> list[tuple[str, Edge]]:
+    """(supporting concept, edge): its citing dependents, then its parent_of children.
+
+    The evidence both the contradiction rule and canonization count.
+    """
+    cited = graph.adjacency_in(EdgeType.DEPENDENCY).get(node_id)
+    children = graph.adjacency_out(EdgeType.HIERARCHICAL).get(node_id)
+    out: list[tuple[str, Edge]] = []
+    if cited:
+        out += [(src, e) for src, e in cited.items() if src != node_id and src in graph]
+    if children:
+        out += [(dst, e) for dst, e in children.items() if dst != node_id and dst in graph]
+    return out
 
 
-def _written_with(hit: Concept, supporter: Concept | None, edge: Edge) -> bool:
+def written_with(hit: Concept, supporter: Concept | None, edge: Edge) -> bool:
     if hit.interaction_id is None:
         return False
     if edge.interaction_id == hit.interaction_id:
@@ -90,7 +98,7 @@ def _latest_evidence(
             continue  # not yet aged in
         if other == contradiction.src or edge.agent_id == contradiction.agent_id:
             continue  # your own evidence does not count against you
-        if _written_with(hit, graph.concept(other), edge):
+        if written_with(hit, graph.concept(other), edge):
             continue
         if latest is None or edge.about_time > latest:
             latest = edge.about_time
@@ -111,7 +119,7 @@ def contradictions(
     ]
     if not against:
         return []
-    support = _support(graph, node_id)
+    support = supporting_edges(graph, node_id)
     firing: list[tuple[ContradictionInfo, str]] = []
     for edge in against:
         if edge.about_time <= hit.about_time:

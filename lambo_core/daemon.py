@@ -155,7 +155,7 @@ class Daemon:
         index = self.session.index
         with index.lock:
             graph = index.graph
-            contradicted: dict[str, Any] = graph._in[EdgeType.CONTRADICTS]
+            contradicted: dict[str, Any] = graph.adjacency_in(EdgeType.CONTRADICTS)
             targets = [node for node in contradicted if node in graph]
         found: list[tuple[int, float, str, ContradictionInfo]] = []
         min_age = self.rules.edge_min_age_s

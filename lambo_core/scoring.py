@@ -54,6 +54,12 @@ class AccessCounter:
             counts = self._counts.get(session)
             return counts[node_id] if counts is not None else 0
 
+    def snapshot(self, session: Session) -> dict[str, int]:
+        """Every count held for ``session``, copied (the counter keeps them)."""
+        with self._lock:
+            counts = self._counts.get(session)
+            return dict(counts) if counts else {}
+
     def drain(self, session: Session) -> dict[str, int]:
         """Take every count recorded for ``session`` (the counter starts again from zero)."""
         with self._lock:
