@@ -25,7 +25,6 @@ from .daemon import Daemon
 from .errors import ConfigError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.server import build_server
-from .mcp.tools import TOOL_ORDER
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
 from .store import open_store
@@ -69,7 +68,7 @@ def stop_service(service: MemoryService, timeout: float = 15.0) -> None:
 
 
 def tool_names() -> list[str]:
-    return [t for t in TOOL_ORDER if t in SERVED_TOOLS]
+    return list(SERVED_TOOLS)
 
 
 class Serve:

@@ -189,3 +189,13 @@ def test_background_jobs_run_on_the_writer_thread(service: MemoryService) -> Non
     service.pipeline.every(0.01, job)
     assert ran.wait(10)
     assert threads[0].startswith("lambo-apply-")
+
+
+def test_every_served_tool_has_a_published_schema() -> None:
+    from lambo_core.mcp.tools import DESCRIPTIONS, SCHEMAS
+    from lambo_core.service import SERVED_TOOLS
+
+    assert set(SERVED_TOOLS) == set(SCHEMAS) == set(DESCRIPTIONS)
+    for schema in SCHEMAS.values():
+        assert schema["additionalProperties"] is False
+        assert "agent_id" in schema["required"]

@@ -18,7 +18,7 @@ from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
-from .tools import DESCRIPTIONS, SCHEMAS, TOOL_ORDER, instructions
+from .tools import DESCRIPTIONS, SCHEMAS, instructions
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +26,11 @@ log = logging.getLogger(__name__)
 CallHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
-def tool_list(names: list[str] | None = None) -> list[types.Tool]:
-    served = set(names) if names is not None else set(TOOL_ORDER)
+def tool_list(names: list[str]) -> list[types.Tool]:
+    """The published tools, in the order ``names`` gives."""
     return [
         types.Tool(name=name, description=DESCRIPTIONS[name], input_schema=SCHEMAS[name])
-        for name in TOOL_ORDER
-        if name in served
+        for name in names
     ]
 
 

@@ -186,18 +186,6 @@ DESCRIPTIONS: dict[str, str] = {
     "(receipt, with wait_ms to block until it lands).",
 }
 
-# Order in which tools are listed.
-TOOL_ORDER = (
-    "lambo_recall",
-    "lambo_derive",
-    "lambo_record_action",
-    "lambo_reserve",
-    "lambo_inspect",
-    "lambo_stale",
-    "lambo_saints",
-    "lambo_stats",
-)
-
 _INSTRUCTIONS = """\
 Lambo agentic graph memory for session '{session}'. Call lambo_recall before acting on a task
 to load relevant prior memory, lambo_derive and lambo_record_action to write what you
