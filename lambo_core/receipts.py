@@ -526,20 +526,36 @@ class ReceiptBook:
         return entry.view()
 
     def take_piggyback(
-        self, agent_id: str, session: str, limit: int = PIGGYBACK_MAX
+        self,
+        agent_id: str,
+        session: str,
+        limit: int = PIGGYBACK_MAX,
+        *,
+        exclude: str | None = None,
     ) -> list[ReceiptView]:
         """Settled receipts this agent has not yet seen in this session, oldest
-        settled first, at most ``limit``; each is handed out once."""
+        settled first, at most ``limit``; each is handed out once.
+
+        ``exclude`` stays queued: a write's own ack never carries its outcome (that
+        rides on the next response, after the caller has read the ack).
+        """
         out: list[ReceiptView] = []
+        kept: list[str] = []
         with self._lock:
             self._evict_locked()
             key = (agent_id, session)
             queue = self._piggyback.get(key)
             while queue and len(out) < limit:
-                entry = self._entries.get(queue.popleft())
+                receipt_id = queue.popleft()
+                if receipt_id == exclude:
+                    kept.append(receipt_id)
+                    continue
+                entry = self._entries.get(receipt_id)
                 if entry is not None and not entry.delivered:
                     entry.delivered = True
                     out.append(entry.view())
+            if queue is not None and kept:
+                queue.extendleft(kept)
             if queue is not None:
                 self._trim_piggyback_locked(key)
         return out

@@ -156,7 +156,10 @@ class MemoryService:
         agent = arguments.get("agent_id")
         if not isinstance(agent, str):
             return
-        views = self.session.receipts.take_piggyback(agent, self.session.name)
+        own = (result.structured or {}).get("receipt")
+        views = self.session.receipts.take_piggyback(
+            agent, self.session.name, exclude=own if isinstance(own, str) else None
+        )
         if not views:
             return
         result.texts.append(render_piggyback(views))
@@ -178,12 +181,14 @@ class MemoryService:
         return ToolResult(texts=[result.context], structured=result.structured())
 
     # -- writes -------------------------------------------------------------------------
+    # Admission takes the index lock and commits the intent to SQLite, both of which
+    # can wait behind the writer: off the event loop, so one slow write stalls no one.
     async def _derive(self, args: Mapping[str, Any]) -> ToolResult:
-        ack = self.pipeline.submit("lambo_derive", args)
+        ack = await anyio.to_thread.run_sync(self.pipeline.submit, "lambo_derive", args)
         return ToolResult(texts=[ack.text], structured=ack.structured)
 
     async def _record_action(self, args: Mapping[str, Any]) -> ToolResult:
-        ack = self.pipeline.submit("lambo_record_action", args)
+        ack = await anyio.to_thread.run_sync(self.pipeline.submit, "lambo_record_action", args)
         return ToolResult(texts=[ack.text], structured=ack.structured)
 
     # -- lambo_stats ----------------------------------------------------------------------
@@ -204,7 +209,7 @@ class MemoryService:
                     book.lookup, receipt_id, agent, self.session.name
                 )
         # Session figures are read after any wait, so they never disagree with the receipt.
-        payload = self.stats_payload()
+        payload = await anyio.to_thread.run_sync(self.stats_payload)
         lines = [self.stats_summary(payload)]
         if receipt is not None:
             payload["receipt"] = to_structured(receipt)

@@ -80,6 +80,13 @@ def describe_contract(c: dict[str, Any]) -> str:
     return f"{{kind: {c.get('kind')}, model: {c.get('model')}, dim: {c.get('dim')}}}"
 
 
+def _durable_receipts(store: Store) -> Any:
+    # Imported here: writes builds on session, not the other way round.
+    from .writes import intent_answer
+
+    return intent_answer(store)
+
+
 class Session:
     """One session of one store, as held by this process."""
 
@@ -145,7 +152,7 @@ class Session:
             store,
             index,
             plan,
-            receipts or ReceiptBook(clock),
+            receipts or ReceiptBook(clock, foreign_lookup=_durable_receipts(store)),
             clock,
             relabel=relabel,
         )

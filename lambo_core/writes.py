@@ -55,6 +55,7 @@ from .model import (
     ConceptType,
     Edge,
     EdgeType,
+    IntentState,
     Interaction,
     InteractionKind,
     Vector,
@@ -132,6 +133,47 @@ def _durable_outcome(outcome: dict[str, Any]) -> dict[str, Any]:
     """
     data = {k: v for k, v in outcome["data"].items() if k != "replacement_candidates"}
     return {"detail": outcome["detail"].split("\n", 1)[0], "data": data}
+
+
+def intent_answer(
+    store: Any,
+) -> Callable[[str, str, str], tuple[ReceiptState, str, dict[str, Any]] | None]:
+    """Answer a receipt an earlier server issued, from its durable intent in ``store``.
+
+    The ``foreign_lookup`` of a session's ReceiptBook: applied -> applied_after_restart
+    (with the summary kept on the intent), pending -> pending_replay, failed -> failed;
+    another agent or session -> forbidden; no intent -> None (restart_lost).
+    """
+
+    def answer(
+        receipt_id: str, agent_id: str, session: str
+    ) -> tuple[ReceiptState, str, dict[str, Any]] | None:
+        try:
+            intent = store.get_intent(receipt_id)
+        except LamboError as exc:
+            log.warning("receipt %s: intent not readable: %s", receipt_id, exc.detail)
+            return None
+        if intent is None:
+            return None
+        if intent.agent_id != agent_id or intent.session != session:
+            return (ReceiptState.FORBIDDEN, "this receipt belongs to another agent or session", {})
+        outcome = intent.outcome or {}
+        if intent.state is IntentState.APPLIED:
+            return (
+                ReceiptState.APPLIED_AFTER_RESTART,
+                str(outcome.get("detail", "applied")),
+                dict(outcome.get("data", {})),
+            )
+        if intent.state is IntentState.FAILED:
+            return (ReceiptState.FAILED, str(outcome.get("detail", "failed")), {})
+        return (
+            ReceiptState.PENDING_REPLAY,
+            "admitted by an earlier server and owed a replay; ask again, and recall rather "
+            "than deriving it again",
+            {},
+        )
+
+    return answer
 
 
 def _candidate_line(row: dict[str, Any]) -> str:
@@ -415,7 +457,10 @@ class WritePipeline:
             plan.batch.intent_receipt_id = intent.receipt_id
             plan.batch.intent_outcome = _durable_outcome(outcome)
             session.store.apply(plan.batch)
-            session.index.apply(plan.batch)
+            try:
+                session.index.apply(plan.batch)
+            except Exception:  # committed: the write happened; the RAM copy catches up on open
+                log.exception("write %s committed but not mirrored in RAM", intent.receipt_id)
         except _TransientFailure as exc:
             self._fail(intent, exc, keep_intent=True, replay=replay)
             return

@@ -199,3 +199,29 @@ def test_every_served_tool_has_a_published_schema() -> None:
     for schema in SCHEMAS.values():
         assert schema["additionalProperties"] is False
         assert "agent_id" in schema["required"]
+
+
+def test_a_writes_own_ack_never_carries_its_outcome(service: MemoryService) -> None:
+    # Keyword-only writes apply at once, so each outcome is settled before its ack returns.
+    first = call(
+        service,
+        "lambo_derive",
+        agent_id="a",
+        concepts=[{"content": "first", "concept_type": "logic"}],
+    )
+    assert first.structured is not None
+    assert "write_receipts" not in first.structured
+    second = call(
+        service,
+        "lambo_derive",
+        agent_id="a",
+        concepts=[{"content": "second", "concept_type": "logic"}],
+    )
+    assert second.structured is not None
+    carried = [r["receipt"] for r in second.structured.get("write_receipts", [])]
+    assert second.structured["receipt"] not in carried
+    assert service.pipeline.wait_idle(10)
+    later = call(service, "lambo_stats", agent_id="a").structured
+    assert later is not None
+    delivered = carried + [r["receipt"] for r in later.get("write_receipts", [])]
+    assert sorted(delivered) == sorted([first.structured["receipt"], second.structured["receipt"]])

@@ -187,6 +187,14 @@ def test_acked_writes_survive_a_restart_and_apply_once(
     for ack in acks:
         intent = store2.get_intent(ack.structured["receipt"])
         assert intent is not None and intent.state is IntentState.APPLIED
+        # The new server answers the old server's receipts from their durable intents.
+        view = p2.session.receipts.lookup(ack.structured["receipt"], "agent-a", "s")
+        assert view.state is ReceiptState.APPLIED_AFTER_RESTART
+        assert view.detail.startswith("derived 1 concept(s): 1 created")
+        other = p2.session.receipts.lookup(ack.structured["receipt"], "intruder", "s")
+        assert other.state is ReceiptState.FORBIDDEN
+    unknown = acks[0].structured["receipt"].rsplit(".", 1)[0] + ".999"
+    assert p2.session.receipts.lookup(unknown, "agent-a", "s").state is ReceiptState.RESTART_LOST
     p2.close()
     # A third start finds nothing owed: each write applied exactly once.
     p3 = open_pipeline(SqliteStore(path), EmbedderPlan.ready(minilm))
