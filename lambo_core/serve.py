@@ -112,8 +112,13 @@ class Serve:
             role = await self.hub.start()
             log.info("session %s: this serve is the %s", self.options.session, role)
         except LamboError as exc:
+            # The operator's log gets the whole refusal (it names local paths such as the
+            # socket directory); a caller's tool result gets its class and the pointer.
             log.error("%s", exc.render())
-            self.error = exc
+            self.error = type(exc)(
+                "this lambo serve could not join its session, so nothing was read or "
+                "written; the reason and the fix are in the serve's log (stderr)"
+            )
         except Exception as exc:
             log.exception("joining the session failed")
             self.error = internal_fault(repr(exc))

@@ -110,3 +110,33 @@ def test_http_serve_on_a_held_session_names_the_holder(served_home: Path) -> Non
             assert f"pid {hub['holder_pid']}" in last
 
     anyio.run(scenario)
+
+
+def test_unsafe_socket_dir_refuses_without_leaking_the_path(served_home: Path) -> None:
+    import tempfile
+
+    runtime = Path(tempfile.mkdtemp(dir="/tmp"))
+    (runtime / "lambo").mkdir(mode=0o755)
+    (runtime / "lambo").chmod(0o755)
+    env = {**serve_env(served_home), "XDG_RUNTIME_DIR": str(runtime)}
+    argv = lambo_argv()
+    unsafe = StdioServerParameters(
+        command=argv[0],
+        args=[*argv[1:], "serve", "--session", "unsafe"],
+        env=env,
+        cwd=str(served_home),
+    )
+
+    async def scenario() -> None:
+        async with Client(unsafe) as client:
+            result = await client.call_tool("lambo_stats", {"agent_id": "a"})
+            assert result.is_error
+            text = result.content[0].text  # type: ignore[union-attr]
+            assert text.startswith("configuration error: this lambo serve could not join")
+            assert str(runtime) not in text
+
+    try:
+        anyio.run(scenario)
+    finally:
+        (runtime / "lambo").rmdir()
+        runtime.rmdir()
