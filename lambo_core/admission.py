@@ -65,7 +65,7 @@ ACTION_ARGS = (
     "repo_scope",
 )
 
-_NOTHING_WRITTEN = "; nothing was written"
+NOTHING_WRITTEN = "; nothing was written"
 
 
 @dataclass(frozen=True)
@@ -283,6 +283,28 @@ def _resolve_derive_references(concepts: list[dict[str, Any]], graph: SessionGra
         raise refuse_cycle(*pair_fields[loop])
 
 
+CAUSAL_EDGES = (EdgeType.PRODUCES, EdgeType.MODIFIES, EdgeType.DEPENDENCY)
+
+
+def check_hierarchy_acyclic(graph: SessionGraph, pairs: list[tuple[str, str]]) -> None:
+    """Refuse (parent, child) pairs that would close a Hierarchical cycle, at admission and
+    again when the write is applied (a write applied in between may have closed one)."""
+    if graph.batch_closes_cycle(pairs, (EdgeType.HIERARCHICAL,)) is not None:
+        raise StoreError(
+            "parent_of would close a Hierarchical cycle (the hierarchy must stay acyclic)"
+            + NOTHING_WRITTEN
+        )
+
+
+def check_action_acyclic(graph: SessionGraph, pairs: list[tuple[str, str]]) -> None:
+    """Refuse an action's Causal and Dependency edges that would close a cycle (both times)."""
+    if any(a == b for a, b in pairs) or graph.batch_closes_cycle(pairs, CAUSAL_EDGES) is not None:
+        raise StoreError(
+            "record_action would close a Causal or Dependency cycle (produces, modifies and "
+            "depends_on must stay acyclic)" + NOTHING_WRITTEN
+        )
+
+
 def _end_id(text: str, graph: SessionGraph) -> str:
     """A parent_of end's node id, or a placeholder for a concept the call creates."""
     key = canonical_key(text)
@@ -294,11 +316,7 @@ def _check_hierarchy(
     concepts: list[dict[str, Any]], pairs: list[dict[str, str]], graph: SessionGraph
 ) -> None:
     ids = [(_end_id(p["parent"], graph), _end_id(p["child"], graph)) for p in pairs]
-    if graph.batch_closes_cycle(ids, (EdgeType.HIERARCHICAL,)) is not None:
-        raise StoreError(
-            "parent_of would close a Hierarchical cycle (the hierarchy must stay acyclic)"
-            + _NOTHING_WRITTEN
-        )
+    check_hierarchy_acyclic(graph, ids)
 
 
 # --- lambo_record_action ---------------------------------------------------------
@@ -352,12 +370,7 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
     # Causal (produces, modifies) and Dependency edges from the action must stay acyclic.
     pairs = [(me, _end_id(t, graph)) for t in targets["produces"] + targets["modifies"]]
     pairs += [(me, d.get("node_id") or f"new:{d['key']}") for d in depends]
-    causal = (EdgeType.PRODUCES, EdgeType.MODIFIES, EdgeType.DEPENDENCY)
-    if graph.batch_closes_cycle(pairs, causal) is not None:
-        raise StoreError(
-            "record_action would close a Causal or Dependency cycle (produces, modifies and "
-            "depends_on must stay acyclic)" + _NOTHING_WRITTEN
-        )
+    check_action_acyclic(graph, pairs)
 
     return Admitted(
         tool="lambo_record_action",

@@ -43,7 +43,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .admission import FRAME_SEPARATOR, admit_action, admit_derive, call_text
+from .admission import (
+    FRAME_SEPARATOR,
+    NOTHING_WRITTEN,
+    admit_action,
+    admit_derive,
+    call_text,
+    check_action_acyclic,
+    check_hierarchy_acyclic,
+)
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, StaleReport, stale_dependents
 from .embed.base import Embedder
 from .embed.onnx import EmbedderLoading
@@ -93,7 +101,6 @@ _NEWER_SUFFIX = (
 )
 # Only a merge refused for these reasons can flag a possible supersession (#198).
 _SUPERSEDE_REASONS = frozenset({"identifiers differ", "numbers differ"})
-_NOTHING_WRITTEN = "; nothing was written"
 
 
 @dataclass
@@ -494,8 +501,8 @@ class WritePipeline:
         if exc.detail:
             log.warning("write %s failed: %s", intent.receipt_id, exc.detail)
         detail = exc.render()
-        if not detail.endswith(_NOTHING_WRITTEN):
-            detail += _NOTHING_WRITTEN
+        if not detail.endswith(NOTHING_WRITTEN):
+            detail += NOTHING_WRITTEN
         if not keep_intent:
             try:
                 session.store.settle_intent(
@@ -970,7 +977,7 @@ class _Builder:
         if self.graph.batch_closes_cycle(dependency_pairs, (EdgeType.DEPENDENCY,)) is not None:
             raise StoreError(
                 "depends_on would close a dependency loop with a write applied since this one "
-                "was accepted" + _NOTHING_WRITTEN
+                "was accepted" + NOTHING_WRITTEN
             )
         distinct = list(dict.fromkeys(nodes))
         pairs = [(a, b) for i, a in enumerate(distinct) for b in distinct[i + 1 :]]
@@ -986,11 +993,7 @@ class _Builder:
                 ends.append(self.place(pair[end], ConceptType.ENTITY, vector, merge=False))
             hierarchy.append((ends[0], ends[1]))
             self.edge(ends[0], ends[1], EdgeType.HIERARCHICAL)
-        if self.graph.batch_closes_cycle(hierarchy, (EdgeType.HIERARCHICAL,)) is not None:
-            raise StoreError(
-                "parent_of would close a Hierarchical cycle (the hierarchy must stay acyclic)"
-                + _NOTHING_WRITTEN
-            )
+        check_hierarchy_acyclic(self.graph, hierarchy)
         self._neighbours()
         self._finish()
 
@@ -1023,13 +1026,5 @@ class _Builder:
             self.edge(act, target, EdgeType.CONTRADICTS)
             self.plan.contradictions += 1
             self.plan.against_targets.append(target)
-        causal = (EdgeType.PRODUCES, EdgeType.MODIFIES, EdgeType.DEPENDENCY)
-        if (
-            any(a == b for a, b in pairs)
-            or self.graph.batch_closes_cycle(pairs, causal) is not None
-        ):
-            raise StoreError(
-                "record_action would close a Causal or Dependency cycle (produces, modifies and "
-                "depends_on must stay acyclic)" + _NOTHING_WRITTEN
-            )
+        check_action_acyclic(self.graph, pairs)
         self._finish()
