@@ -693,7 +693,7 @@ class Context:
         scores = score_table(session, now, rules.solo_percentile, writer=writer) if solo else None
         with _held(session.index.lock, not writer):
             graph = session.index.graph
-            canonical = sum(1 for c in graph.iter_concepts() if c.status is Status.CANONICAL)
+            canonical = graph.status_count(Status.CANONICAL)
             total = len(graph)
         return cls(session, graph, now, rules, canonical, total - canonical, demotions, scores)
 

@@ -171,6 +171,15 @@ class StaleReport:
         return {"total": self.total, "rows": [r.as_dict() for r in self.rows]}
 
 
+def contradicted_targets(graph: SessionGraph) -> list[str]:
+    """Concepts some other concept names in against: the only ones that can be contradicted.
+
+    Read from the Contradicts adjacency, so it costs the number of targets, not a scan of
+    the session (lambo_stale and the daemon's contradiction list both start here).
+    """
+    return [node for node in graph.adjacency_in(EdgeType.CONTRADICTS) if node in graph]
+
+
 def stale_rows(
     graph: SessionGraph, targets: Iterable[str], now: float, edge_min_age: float
 ) -> list[StaleRow]:

@@ -47,8 +47,7 @@ from . import gc
 from .canon import RANK, CanonRules, CycleReport, CycleState, run_cycle
 from .clock import Clock
 from .config import Config
-from .contradiction import ContradictionInfo, contradictions
-from .model import EdgeType
+from .contradiction import ContradictionInfo, contradicted_targets, contradictions
 
 if TYPE_CHECKING:
     from .session import Session
@@ -155,8 +154,7 @@ class Daemon:
         index = self.session.index
         with index.lock:
             graph = index.graph
-            contradicted: dict[str, Any] = graph.adjacency_in(EdgeType.CONTRADICTS)
-            targets = [node for node in contradicted if node in graph]
+            targets = contradicted_targets(graph)
         found: list[tuple[int, float, str, ContradictionInfo]] = []
         min_age = self.rules.edge_min_age_s
         for start in range(0, len(targets), CONTRADICTION_CHUNK):

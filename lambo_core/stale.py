@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .args import check_arguments, check_int, check_scope, require
-from .contradiction import STALE_ROWS_MAX, stale_rows
-from .model import EdgeType
+from .contradiction import STALE_ROWS_MAX, contradicted_targets, stale_rows
 from .text import check_agent_id
 
 if TYPE_CHECKING:
@@ -43,12 +42,7 @@ def run_stale(
     now = session.clock.now()
     with session.index.lock:
         graph = session.index.graph
-        targets = [
-            concept.id
-            for concept in graph.iter_concepts()
-            if graph.edges_in(concept.id, (EdgeType.CONTRADICTS,))
-        ]
-        every = stale_rows(graph, targets, now, edge_min_age)
+        every = stale_rows(graph, contradicted_targets(graph), now, edge_min_age)
     total = len(every)
     page = every[offset : offset + PAGE_ROWS]
     end = offset + len(page)
