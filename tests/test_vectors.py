@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lambo_core.index.vectors import VectorMatrix
+from lambo_core.index.vectors import VectorMatrix, kth_largest
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> npt.NDArray[np.float32]:
@@ -264,3 +264,37 @@ def test_rows_is_a_read_only_view_of_the_live_rows() -> None:
         rows[0, 0] = 2.0
     vm.add("f", m[0])  # the matrix itself stays writable
     assert vm.rows().shape == (6, 4)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(2, 6000),
+    k=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+    layout=st.sampled_from(["random", "clustered", "ties", "excluded"]),
+)
+def testkth_largest_by_block_maxima_is_exact(n: int, k: int, seed: int, layout: str) -> None:
+    rng = np.random.default_rng(seed)
+    k = min(k, n - 1)
+    scores = rng.standard_normal(n).astype(np.float32)
+    if layout == "clustered":  # every high score in one block: the bound is loose
+        scores[: min(n, 300)] += 10.0
+    elif layout == "ties":
+        scores = np.round(scores, 1).astype(np.float32)
+    elif layout == "excluded":
+        scores[rng.random(n) < 0.5] = -np.inf
+        scores[0] = 0.0
+    want = float(np.sort(scores)[n - k])
+    assert kth_largest(scores, k) == want
+
+
+def test_top_k_at_scale_matches_brute_force() -> None:
+    rng = np.random.default_rng(7)
+    ids = [f"n{i:05d}" for i in range(20_000)]
+    m = unit_rows(rng, 20_000, 16)
+    m[5000:5010] = m[5000]  # a run of exact ties inside one block
+    vm = VectorMatrix(16)
+    vm.add_many(ids, m)
+    for q in (m[5000], *rng.standard_normal((5, 16)).astype(np.float32)):
+        for k in (1, 20, 100):
+            assert_same(vm.top_k(q, k), brute_force(ids, m, q, k))
