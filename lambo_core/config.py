@@ -171,9 +171,9 @@ KEYS: tuple[Key, ...] = (
     Key(
         "fusion",
         "method",
-        "max",
-        "how leg scores combine: max (the highest leg score), rrf (reciprocal rank "
-        "fusion) or sum (the legs' scores added)",
+        "sum",
+        "how leg scores combine: sum (the legs' rescaled scores added; measured best), "
+        "max (the highest leg score) or rrf (reciprocal rank fusion)",
         choices=("max", "rrf", "sum"),
     ),
     Key("fusion", "rrf_k", 60, "the k of reciprocal rank fusion", minimum=1, maximum=10_000),

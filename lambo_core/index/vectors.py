@@ -248,12 +248,9 @@ class VectorMatrix:
         k = min(k, live)
         if k <= 0:
             return []
-        if k < n:
-            # every row tied with the k-th score is kept, so the tie-break by id
-            # below sees all of them and not whichever a partition kept
-            cand = np.flatnonzero(scores >= kth_largest(scores, k))
-        else:
-            cand = np.arange(n)
+        # every row tied with the k-th score is kept, so the tie-break by id
+        # below sees all of them and not whichever a partition kept
+        cand = np.flatnonzero(scores >= kth_largest(scores, k)) if k < n else np.arange(n)
         picked = sorted(
             ((float(scores[r]), ids[r]) for r in cand.tolist() if scores[r] != -np.inf),
             key=lambda pair: (-pair[0], pair[1]),

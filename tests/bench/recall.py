@@ -7,7 +7,7 @@ vocabulary, precomputed random unit vectors, five concepts per interaction
 about half the concepts to an earlier one. Then it opens the session
 (``SessionIndex`` rebuilt from the store, as a serve does) and times whole
 ``recall`` calls with the default arguments (top_k 5, traversal_depth 2,
-max_tokens 500, fusion max), each with a query no earlier call used, so
+max_tokens 500, fusion sum), each with a query no earlier call used, so
 neither the leg cache nor the query-embedding cache answers:
 
 - **excluding the query embedding**: the embedder hands back a precomputed
@@ -300,7 +300,7 @@ def main() -> None:
     print()
     print(
         f"lambo recall latency: {args.dim}-d vectors, SQLite/FTS5, top_k 5, traversal_depth 2, "
-        f"max_tokens 500, fusion max; {args.reps} calls per size"
+        f"max_tokens 500, fusion sum; {args.reps} calls per size"
     )
     threads = os.environ.get("OPENBLAS_NUM_THREADS", "default")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -13,7 +13,7 @@ once per configuration:
 - keyword only and vector only, each with raw scores and rescaled as the
   fused recall rescales them (the bar a fusion must clear is each single leg
   at its better setting);
-- keyword + vector fused by ``max`` (the default), by ``max`` over raw scores
+- keyword + vector fused by ``sum`` (the default), by ``max``, by ``max`` over raw scores
   (BM25 against cosine, the literal reading), by ``rrf`` and by ``sum``;
 - the recall as served: keyword + vector + recent, by each method.
 
@@ -63,7 +63,7 @@ TOP_K = 10
 class Config:
     label: str
     legs: frozenset[str]
-    fusion: str = "max"
+    fusion: str = "sum"
     rrf_k: int = 60
     normalize: bool | None = None  # None: as served (rescaled whenever the vector leg ran)
     single: bool = False  # a single-leg baseline
@@ -79,12 +79,12 @@ CONFIGS = (
     Config("vector only, raw cosine", VECTOR, normalize=False, single=True),
     Config("vector only, rescaled", VECTOR, normalize=True, single=True),
     Config("kw+vec, max of raw scores", FUSED, "max", normalize=False),
-    Config("kw+vec, max (default)", FUSED, "max"),
+    Config("kw+vec, max", FUSED, "max"),
     Config("kw+vec, rrf k=60", FUSED, "rrf"),
-    Config("kw+vec, sum", FUSED, "sum"),
-    Config("served +recent, max (default)", SERVED, "max"),
+    Config("kw+vec, sum (default)", FUSED, "sum"),
+    Config("served +recent, max", SERVED, "max"),
     Config("served +recent, rrf k=60", SERVED, "rrf"),
-    Config("served +recent, sum", SERVED, "sum"),
+    Config("served +recent, sum (default)", SERVED, "sum"),
 )
 
 
@@ -217,7 +217,7 @@ def main() -> None:
             f"beat both on both metrics: {', '.join(winners) or 'none'}"
         )
     if args.show_misses:
-        served = next(c for c in CONFIGS if c.label.startswith("served"))
+        served = next(c for c in CONFIGS if c.label.startswith("served") and "default" in c.label)
         print()
         print(f"{served.label}: misses (no relevant fact in the first 5)")
         for question, top in results[served.label].misses[: args.show_misses]:

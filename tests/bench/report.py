@@ -136,8 +136,8 @@ def part_recall(sizes: Sizes) -> Result:
 QUALITY_ROWS = {
     "keyword": ("keyword only, raw BM25", "keyword only, rescaled"),
     "vector": ("vector only, raw cosine", "vector only, rescaled"),
-    "fused_max": ("kw+vec, max (default)",),
-    "fused_sum": ("kw+vec, sum",),
+    "fused_sum": ("kw+vec, sum (default)",),
+    "fused_max": ("kw+vec, max",),
 }
 
 
@@ -438,8 +438,8 @@ def build_rows(results: dict[str, Result], errors: dict[str, str], sizes: Sizes)
         for key, what in (
             ("keyword", "keyword only"),
             ("vector", "vector only"),
-            ("fused_max", "keyword + vector, fused max (default)"),
-            ("fused_sum", "keyword + vector, fused sum"),
+            ("fused_sum", "keyword + vector, fused sum (default)"),
+            ("fused_max", "keyword + vector, fused max"),
         ):
             labels = QUALITY_ROWS[key]
             # a single leg at its better setting (raw or rescaled), as the bench's bar
@@ -576,7 +576,7 @@ def notes(results: dict[str, Result], sizes: Sizes) -> str:
         f"hub + 2 forwarders: {sizes.clients_calls} derives through each at once, then "
         f"{sizes.clients_solo} one at a time through each in turn.",
         f"Recall: {sizes.recall_reps} calls per size, {RECALL_DIM}-d, top_k 5, "
-        "traversal_depth 2, fusion max, a fresh query each call; incl. = the real MiniLM "
+        "traversal_depth 2, fusion sum, a fresh query each call; incl. = the real MiniLM "
         "embeds the query.",
         f"Throughput: {sizes.writes_calls} 1-concept calls / {max(1, sizes.writes_calls // 8)} "
         "16-concept calls, timed until applied.",
