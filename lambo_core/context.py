@@ -64,7 +64,12 @@ def pillar_line(blast_radius: int) -> str:
 
 @dataclass(frozen=True)
 class HitBlock:
-    """What a hit's block shows. ``lines`` are its warning lines, in order."""
+    """What a hit's block shows. ``lines`` are its warning lines, in order.
+
+    ``also`` names the hits it replaced as repeats (``selection.also_label``,
+    such as ``also 82c3dcb0``); it goes right after the id, so it is part of the
+    label and counts toward max_tokens. Empty, the label is as without it.
+    """
 
     node_id: str
     content: str
@@ -73,11 +78,14 @@ class HitBlock:
     score: float
     blast_radius: int
     lines: tuple[str, ...] = ()
+    also: str = ""
 
     def label_suffix(self) -> str:
-        """`` [Type, canonical] (score S, id XXXXXXXX, blast radius N)``."""
+        """`` [Type, canonical] (score S, id XXXXXXXX, also ..., blast radius N)``."""
         kind = f"{self.type_label}, canonical" if self.canonical else self.type_label
         meta = f"score {self.score:.2f}, id {short_id(self.node_id)}"
+        if self.also:
+            meta += f", {self.also}"
         if self.blast_radius > 0:
             meta += f", blast radius {self.blast_radius}"
         return f" [{kind}] ({meta})"

@@ -15,6 +15,7 @@ from lambo_core.context import (
     truncate_block,
     utf8_len,
 )
+from lambo_core.selection import Skipped, also_label
 
 ID_A = "ddbc8bc8-52ed-465b-9a2a-b0066bda51ad"
 ID_B = "3f9c2a10-0000-4000-8000-000000000000"
@@ -101,6 +102,82 @@ def test_content_is_kept_as_written() -> None:
     assert render_context([block], 500).context == (
         "Ünïcode — naïve café [x] (y) [Logic] (score 0.12, id ddbc8bc8)"
     )
+
+
+# -- the also part: hits skipped as repeats (spec: "Duplicate hits.") ---------------------------
+
+SKIPPED_IDS = (
+    "82c3dcb0-0000-4000-8000-000000000000",
+    "1a2b3c4d-0000-4000-8000-000000000000",
+    "5e6f7a8b-0000-4000-8000-000000000000",
+    "9f8e7d6c-0000-4000-8000-000000000000",
+    "e31def21-0000-4000-8000-000000000000",
+)
+ID_D = "4bf3835a-0000-4000-8000-000000000000"
+DOGFOOD = "dogfood store carries no durable embedding for 92 of 100 concepts"
+
+
+def _also(count: int) -> str:
+    return also_label([Skipped(node_id, "same_content") for node_id in SKIPPED_IDS[:count]])
+
+
+def test_label_with_one_also_id_as_the_spec_example() -> None:
+    block = HitBlock(ID_D, DOGFOOD, "Entity", False, 1.38, 0, also=_also(1))
+    assert render_context([block], 500).context == (
+        f"{DOGFOOD} [Entity] (score 1.38, id 4bf3835a, also 82c3dcb0)"
+    )
+
+
+def test_label_with_three_also_ids_names_all_three() -> None:
+    block = HitBlock(ID_D, DOGFOOD, "Entity", False, 1.38, 0, also=_also(3))
+    assert block.label_line() == (
+        f"{DOGFOOD} [Entity] (score 1.38, id 4bf3835a, also 82c3dcb0, 1a2b3c4d, 5e6f7a8b)"
+    )
+
+
+def test_label_with_five_also_ids_names_three_then_more() -> None:
+    block = HitBlock(ID_D, DOGFOOD, "Entity", False, 1.38, 0, also=_also(5))
+    assert block.label_line() == (
+        f"{DOGFOOD} [Entity] (score 1.38, id 4bf3835a, also 82c3dcb0, 1a2b3c4d, 5e6f7a8b, +2 more)"
+    )
+
+
+def test_also_goes_before_the_blast_radius_and_the_lines_follow() -> None:
+    block = HitBlock(
+        ID_B, "user schema", "Entity", True, 1.95, 14, (pillar_line(14),), also=_also(5)
+    )
+    assert render_context([block], 500).context == (
+        "user schema [Entity, canonical] (score 1.95, id 3f9c2a10, also 82c3dcb0, 1a2b3c4d, "
+        "5e6f7a8b, +2 more, blast radius 14)\n"
+        "⚑ Load-bearing pillar — 14 nodes depend on this. Modify with caution."
+    )
+
+
+def test_no_also_is_byte_identical() -> None:
+    plain = HitBlock(ID_C, "lease TTL is 45s", "Logic", False, 0.7149, 3)
+    assert HitBlock(ID_C, "lease TTL is 45s", "Logic", False, 0.7149, 3, also="") == plain
+    assert (
+        plain.label_line() == "lease TTL is 45s [Logic] (score 0.71, id 8c41d0e2, blast radius 3)"
+    )
+    assert _also(0) == ""
+
+
+def test_also_counts_toward_max_tokens() -> None:
+    with_also = HitBlock(ID_A, "stdio wire check", "Entity", False, 0.86, 0, also=_also(5))
+    need = estimate_tokens(with_also.text())
+    assert need > estimate_tokens(PLAIN.text())
+    assert render_context([PLAIN, with_also], 500).included == (True, True)
+    two = PLAIN.text() + "\n\n" + with_also.text()
+    assert render_context([PLAIN, with_also], estimate_tokens(two)).included == (True, True)
+    short = render_context([PLAIN, with_also], estimate_tokens(two) - 1)
+    assert short.context == PLAIN.text() and short.included == (True, False)
+
+
+def test_a_cut_first_block_keeps_its_also_with_the_label() -> None:
+    block = HitBlock(ID_B, "y" * 400, "Logic", False, 0.9, 0, also=_also(1))
+    cut = truncate_block(block, 200)
+    assert cut is not None
+    assert "… [Logic] (score 0.90, id 3f9c2a10, also 82c3dcb0)\n[truncated: " in cut
 
 
 # -- the budget edge ---------------------------------------------------------------------------
