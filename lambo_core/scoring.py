@@ -246,7 +246,8 @@ class BaseParts:
         )
 
 
-EdgeSummary = tuple[int, float, float, frozenset[str]]
+# (edge count, edge bonus, latest edge time, interactions that wrote it or an edge of it)
+EdgeSummary = tuple[int, float, float, int]
 
 
 class EdgeView:
@@ -255,12 +256,15 @@ class EdgeView:
     ``SessionGraph.edges_in/edges_out`` build a list per call and hash an
     Enum per edge type; scoring a hundred candidates per recall that way cost
     most of the recall. This holds the per-type dicts once per recall (types no
-    concept has are skipped), and keeps each concept's summary until the
-    graph's version changes (``_SUMMARIES``), so a read-mostly session scores a
-    concept it has seen before with one lookup.
+    concept has are skipped), and keeps each concept's summary, stamped with
+    the graph's ``edge_stamp`` for it, until an edge of that concept changes
+    (``_SUMMARIES``): a write elsewhere in the session keeps it, so a concept
+    seen before is scored with one lookup. A large session's summaries are
+    filled in the background once it is open (``warm_summaries``).
     """
 
     def __init__(self, graph: SessionGraph) -> None:
+        self.graph = graph
         self.sides = [
             (EDGE_BONUS.get(t, 0.0), t is EdgeType.DERIVES, side)
             for t in EdgeType
@@ -270,10 +274,17 @@ class EdgeView:
         self.cache = _summary_cache(graph)
 
     def summary(self, node_id: str) -> EdgeSummary:
-        """(edge count, edge bonus, latest edge time, interactions that wrote an edge)."""
+        """(edge count, edge bonus, latest edge time, interactions that touched it)."""
+        stamp = self.graph.edge_stamp(node_id)
         found = self.cache.get(node_id)
-        if found is not None:
-            return found
+        if found is not None and found[0] == stamp:
+            return found[1]
+        result = self._summarize(node_id)
+        if found is not None or len(self.cache) < SUMMARY_CACHE_SIZE:
+            self.cache[node_id] = (stamp, result)
+        return result
+
+    def _summarize(self, node_id: str) -> EdgeSummary:
         count, bonus, last = 0, 0.0, -math.inf
         touched: set[str] = set()
         for weight, derives, by_node in self.sides:
@@ -289,25 +300,85 @@ class EdgeView:
                     touched.add(edge.interaction_id)
                 if derives:
                     touched.add(edge.src)
-        result = (count, bonus, last, frozenset(touched))
-        if len(self.cache) < SUMMARY_CACHE_SIZE:
-            self.cache[node_id] = result
-        return result
+        concept = self.graph.concept(node_id)
+        if concept is not None and concept.interaction_id:
+            touched.add(concept.interaction_id)
+        return (count, bonus, last, len(touched))
 
 
-SUMMARY_CACHE_SIZE = 20_000  # about 6 MB at most
-_SUMMARIES: weakref.WeakKeyDictionary[SessionGraph, tuple[int, dict[str, EdgeSummary]]] = (
+SUMMARY_CACHE_SIZE = 200_000  # about 250 bytes each: 50 MB at most, 25 MB at 100k concepts
+_SUMMARIES: weakref.WeakKeyDictionary[SessionGraph, dict[str, tuple[int, EdgeSummary]]] = (
     weakref.WeakKeyDictionary()
 )
+WARM_MIN = 5_000  # a smaller session summarises its candidates as recall meets them
+WARM_CHUNK = 1_000  # concepts summarised between yields of the GIL
 
 
-def _summary_cache(graph: SessionGraph) -> dict[str, EdgeSummary]:
-    """The edge summaries cached for the graph's current version (a fresh dict after a change)."""
+def _summary_cache(graph: SessionGraph) -> dict[str, tuple[int, EdgeSummary]]:
+    """The summaries kept for ``graph``: node id -> (its edge stamp then, summary)."""
     with _STATS_LOCK:
         held = _SUMMARIES.get(graph)
-        if held is None or held[0] != graph.version:
-            held = _SUMMARIES[graph] = (graph.version, {})
-        return held[1]
+        if held is None:
+            held = _SUMMARIES[graph] = {}
+        return held
+
+
+def start_summary_warm(graph: SessionGraph) -> threading.Thread | None:
+    """Summarise a large session's concepts in a background thread (None if small).
+
+    Called when a session opens: at 100k concepts the summaries take about
+    1.5 s of one core, which would otherwise fall on the first recalls that
+    meet each concept.
+    """
+    if len(graph) < WARM_MIN:
+        return None
+    thread = threading.Thread(
+        target=warm_summaries, args=(graph,), name="lambo-summary-warm", daemon=True
+    )
+    with _STATS_LOCK:
+        _WARMING[graph] = thread
+    thread.start()
+    return thread
+
+
+_WARMING: weakref.WeakKeyDictionary[SessionGraph, threading.Thread] = weakref.WeakKeyDictionary()
+
+
+def wait_for_summaries(graph: SessionGraph, timeout: float) -> bool:
+    """Wait for ``graph``'s background summaries (benchmarks measure the steady state)."""
+    with _STATS_LOCK:
+        thread = _WARMING.get(graph)
+    if thread is not None:
+        thread.join(timeout)
+    return thread is None or not thread.is_alive()
+
+
+def warm_summaries(graph: SessionGraph) -> int:
+    """Summarise every concept of ``graph`` not yet summarised; how many were.
+
+    Runs without the index lock (a background thread of a large session): a
+    summary is stored with the stamp read before it was computed, and a write
+    sets the stamp after it changes the adjacency, so a summary that raced a
+    write is simply not matched later. An adjacency that changes size under
+    the walk skips that concept (recall summarises it when it meets it).
+    """
+    view = EdgeView(graph)
+    done = 0
+    for i, node_id in enumerate(graph.concept_ids()):
+        if i % WARM_CHUNK == 0:
+            time.sleep(0)  # let a reader or the writer in
+        if len(view.cache) >= SUMMARY_CACHE_SIZE:
+            break
+        stamp = graph.edge_stamp(node_id)
+        found = view.cache.get(node_id)
+        if found is not None and found[0] == stamp:
+            continue
+        try:
+            view.cache[node_id] = (stamp, view._summarize(node_id))
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+        done += 1
+    return done
 
 
 def base_parts(
@@ -328,11 +399,8 @@ def base_parts(
     count / the session's highest) + an edge bonus (capped at 0.25) + a type
     offset.
     """
-    count, bonus, last, written = (view or EdgeView(graph)).summary(concept.id)
+    count, bonus, last, touched = (view or EdgeView(graph)).summary(concept.id)
     last = max(last, concept.created_at)
-    touched = len(written)
-    if concept.interaction_id and concept.interaction_id not in written:
-        touched += 1
     age = max(0.0, now - last)
     top = max(max_degree, count)
     return BaseParts(

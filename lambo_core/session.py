@@ -24,6 +24,7 @@ from .embed.onnx import LazyEmbedder, read_contract, start_embedder, wants_embed
 from .errors import ConfigError, LamboError
 from .index.session_index import SessionIndex
 from .receipts import ReceiptBook
+from .scoring import start_summary_warm
 from .store.base import Store
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ class Session:
             )
             relabel = True
         index = SessionIndex.open(store, name)
+        start_summary_warm(index.graph)
         return cls(
             name,
             store,

@@ -384,3 +384,27 @@ def test_status_counts_follow_adds_changes_and_removals() -> None:
     graph.remove_concept("b")
     assert graph.status_count(Status.CANONICAL) == 0
     assert graph.status_count(Status.NONE) == 2
+
+
+# -- edge stamps (scoring keeps a concept's edge summary until its stamp moves) --
+
+
+def test_edge_stamp_moves_for_both_ends_of_a_new_edge_only() -> None:
+    g = graph_with("a", "b", "c")
+    before = {n: g.edge_stamp(n) for n in "abc"}
+    g.add_edge(edge("a", "b", DEP))
+    after = {n: g.edge_stamp(n) for n in "abc"}
+    assert after["a"] != before["a"] and after["b"] != before["b"]
+    assert after["c"] == before["c"]
+    g.add_edge(edge("a", "b", DEP))  # a repeat reinforces the weight: the summary holds
+    assert {n: g.edge_stamp(n) for n in "abc"} == after
+
+
+def test_edge_stamp_moves_for_the_peers_of_a_removed_concept_and_on_a_reload() -> None:
+    g = graph_with("a", "b", "c")
+    g.add_edge(edge("a", "b", DEP))
+    b, c = g.edge_stamp("b"), g.edge_stamp("c")
+    g.remove_concept("a")
+    assert g.edge_stamp("b") != b and g.edge_stamp("c") == c
+    g.load_edges([edge("c", "b", HIER)])
+    assert g.edge_stamp("c") != c  # a bulk load may touch any concept

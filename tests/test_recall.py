@@ -1093,3 +1093,26 @@ def test_truncation_keeps_contradiction_lines_in_warnings() -> None:
     assert result.hits[0].get("truncated_in_context") is True
     assert result.hits[1]["included_in_context"] is False
     assert len(result.warnings) == 3
+
+
+def test_edge_summaries_outlive_writes_elsewhere_and_follow_their_own_edges() -> None:
+    from lambo_core.index.graph import SessionGraph
+    from lambo_core.model import Concept, ConceptType, Edge, EdgeType
+    from lambo_core.scoring import EdgeView, warm_summaries
+
+    def concept(node_id: str) -> Concept:
+        return Concept(node_id, "s", node_id, node_id, ConceptType.ENTITY, 1.0, 1.0, "a", "i0")
+
+    def dep(src: str, dst: str, at: float, interaction: str) -> Edge:
+        return Edge("s", src, dst, EdgeType.DEPENDENCY, 1.0, interaction, "a", at, at)
+
+    g = SessionGraph("s")
+    for name in ("a", "b", "c", "d"):
+        g.add_concept(concept(name))
+    g.add_edge(dep("a", "b", 5.0, "i1"))
+    assert warm_summaries(g) == 4
+    assert EdgeView(g).summary("b") == (1, 0.02, 5.0, 2)  # i0 wrote it, i1 an edge of it
+    g.add_edge(dep("c", "d", 6.0, "i2"))  # elsewhere: b's summary is kept
+    assert warm_summaries(g) == 2  # only c and d are summarised again
+    g.add_edge(dep("c", "b", 7.0, "i3"))
+    assert EdgeView(g).summary("b") == (2, 0.04, 7.0, 3)

@@ -106,6 +106,11 @@ class SessionGraph:
         self._edge_count = 0
         self._status_count: Counter[Status] = Counter()  # lambo_stats reads it per call
         self._strings: dict[str, str] = {}  # see _shared
+        # edge stamps (see edge_stamp): a node's is set, after the change, whenever an
+        # edge touching it is added or removed; one below the floor reads as the floor
+        self._edge_stamps: dict[str, int] = {}
+        self._stamp_clock = 0
+        self._stamp_floor = 0
 
     # -- building ---------------------------------------------------------------
     @classmethod
@@ -154,6 +159,8 @@ class SessionGraph:
             if edge.edge_type is derives:
                 interactions.add(src)
         self._edge_count += added
+        self._stamp_clock += 1
+        self._stamp_floor = self._stamp_clock  # every node's edges may have changed
         self.version += 1
 
     def _shared(self, text: str) -> str:
@@ -235,6 +242,7 @@ class SessionGraph:
         by_src[kept.dst] = kept
         self._in[kept.edge_type].setdefault(kept.dst, {})[kept.src] = kept
         self._edge_count += 1
+        self._stamp(src, dst)
         self.version += 1
         return kept
 
@@ -247,14 +255,34 @@ class SessionGraph:
         if concept is not None:
             self._unindex(concept)
         self._strings.pop(node_id, None)
+        peers: list[str] = []
         for edge_type in EdgeType:
             out, inn = self._out[edge_type], self._in[edge_type]
             for dst in out.pop(node_id, {}):
                 self._drop_half(inn, dst, node_id)
+                peers.append(dst)
             for src in inn.pop(node_id, {}):
                 self._drop_half(out, src, node_id)
+                peers.append(src)
+        self._stamp(node_id, *peers)  # kept for node_id too: a re-added id must not match
         self.version += 1
         return concept
+
+    def _stamp(self, *node_ids: str) -> None:
+        self._stamp_clock += 1
+        for node_id in node_ids:
+            self._edge_stamps[node_id] = self._stamp_clock
+
+    def edge_stamp(self, node_id: str) -> int:
+        """A number that changes whenever an edge touching ``node_id`` is added or removed.
+
+        Lets a per-concept summary of its edges outlive writes elsewhere in the
+        session (``scoring.EdgeView``). Set after the change, so a reader that
+        took the stamp before summarising never keeps a summary older than it.
+        Reinforcing an edge (its weight) does not change it.
+        """
+        stamp = self._edge_stamps.get(node_id, 0)
+        return stamp if stamp > self._stamp_floor else self._stamp_floor
 
     def _drop_half(self, side: dict[str, dict[str, Edge]], key: str, other: str) -> None:
         peers = side.get(key)

@@ -73,6 +73,7 @@ class Sizes:
 FULL = Sizes(100_000, 1024, 101, 5, 200, 1000, 1000, 300, (1_000, 10_000, 100_000), 201, 7)
 QUICK = Sizes(10_000, 1024, 21, 1, 40, 100, 60, 20, (1_000, 10_000), 21, 1)
 RECALL_DIM = 384  # MiniLM's, so the "including the embedding" column is measured
+WIDE_DIM = 1024  # BGE-M3's, the default embedder: the 100k ratio is also taken at its width
 
 
 # -- parts run in this file's own child process (imported bench functions) ----------------
@@ -130,7 +131,14 @@ def part_recall(sizes: Sizes) -> Result:
         )
         model = OnnxEmbedder(model_dir, threads=0)
         rows = [bench.measure(p, n, RECALL_DIM, sizes.recall_reps, model) for n, p in paths.items()]
-    return {"rows": rows, "reps": sizes.recall_reps, "dim": RECALL_DIM}
+    wide = None
+    if 100_000 in sizes.recall_sizes:
+        path = bench.CACHE_DIR / f"recall-100000-{WIDE_DIM}.db"
+        if not path.exists():
+            print(f"building {path} ...")
+            bench.build(path, 100_000, WIDE_DIM)
+        wide = bench.measure(path, 100_000, WIDE_DIM, sizes.recall_reps, None)
+    return {"rows": rows, "reps": sizes.recall_reps, "dim": RECALL_DIM, "wide": wide}
 
 
 QUALITY_ROWS = {
@@ -346,14 +354,15 @@ def build_rows(results: dict[str, Result], errors: dict[str, str], sizes: Sizes)
                 rows.append(Row(group, what, value, "excl. <= 5 ms", r["excl"][0] <= 5.0))
             else:
                 rows.append(Row(group, what, value))
-        r = by_n.get(100_000)
-        if r is not None:
+        for r, dim in ((by_n.get(100_000), RECALL_DIM), (results["recall"].get("wide"), WIDE_DIM)):
+            if r is None:
+                continue
             ratio = r["excl"][0] / r["floor"][0]
             rows.append(
                 Row(
                     group,
-                    "100k, excl. embedding / numpy floor (M @ q)",
-                    f"{ratio:.2f}x (floor {r['floor'][0]:.2f} ms)",
+                    f"100k at {dim}-d, excl. embedding / numpy floor (M @ q)",
+                    f"{ratio:.2f}x ({r['excl'][0]:.2f} / {r['floor'][0]:.2f} ms)",
                     "<= 1.3x floor",
                     ratio <= 1.3,
                 )
