@@ -42,15 +42,25 @@ A recall runs in this order:
    Hierarchical, CoOccurrence and Semantic edges, holding at most
    ``max(20, 4 * top_k)`` concepts (nearest first); concepts reached this way
    carry relevance 0 and compete on their base score alone.
-8. **Contradictions** (``select_with_contradictions``, rules in
+8. **Selection** (``selection.select_distinct``): the first ``top_k``, or with
+   ``[selection] skip_redundant`` the first ``top_k`` distinct ones (a repeat
+   is skipped and named on the hit kept, ``also``); a hit with a warning
+   line of its own is never skipped.
+9. **Kept past top_k** (``select_with_contradictions``, rules in
    ``contradiction.py``): a contradicted hit warns and has the contradicting
    concept beside it (``companion_of``); a contradicted Canonical or Venerable
-   candidate is kept past top_k; a hit citing a contradicted concept says it
-   rests on one. Checked on every recall once the daemon has listed the
-   contradiction (its budget holds). None of this on dependency answers.
-9. **The result**: the hits, their warning lines, the context block
-   (``context.render_context``), and each returned hit's access counted in
-   RAM (``ACCESS_COUNTS``; the daemon writes them behind).
+   candidate is kept past top_k, and so is one with a conflict. Checked on
+   every recall once the daemon has listed the contradiction (its budget
+   holds). None of this on dependency answers.
+10. **Lines** (``_describe``, ``Annotator``, ``alerts.py``): the pillar line,
+    the high-risk alert on a fresh write to a load-bearing concept, conflict
+    lines (concurrent edits, another agent's reservation), Contradicted,
+    rests-on, and possibly superseded (#198: shown where the embedding
+    contract was measured for it, or as ``[embedder]
+    suspected_supersession_line`` says; ``possibly_superseded_by`` either way).
+11. **The result**: the hits, their warning lines, the context block
+    (``context.render_context``), and each returned hit's access counted in
+    RAM (``ACCESS_COUNTS``; the daemon writes them behind).
 
 The legs' raw results are cached per session (128 entries, keyed on the graph
 version), so a repeated query costs only the ranking.
@@ -70,10 +80,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .alerts import conflict_lines, high_risk_line
 from .args import check_arguments, check_int, check_scope, require
 from .canon import superseded_history
 from .context import HitBlock, pillar_line, render_context
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, ContradictionInfo, is_contradicted
+from .embed.catalog import supersession_line_measured
 from .embed.onnx import EmbedderLoading
 from .errors import ConfigError, LamboError, ParameterError, StoreError
 from .index.keywords import tokenize
@@ -87,9 +99,11 @@ from .scoring import (
     max_degree,
     recent_interactions,
 )
+from .selection import SelectionRules, Skipped, also_label, select_distinct, skipped_structured
 from .text import MAX_STRING_BYTES, check_agent_id, check_string, format_rfc3339, show_safely
 
 if TYPE_CHECKING:
+    from .alerts import Holder
     from .config import Config
     from .index.graph import SessionGraph
     from .index.session_index import SessionIndex
@@ -157,6 +171,10 @@ class RecallDefaults:
     # canonization_edge_min_age: supporting evidence counts against a contradiction once
     # this old ([canonization] edge_min_age_s)
     edge_min_age_s: float = DEFAULT_EDGE_MIN_AGE_S
+    # [selection] skip_redundant, similar_signals
+    selection: SelectionRules = field(default_factory=SelectionRules)
+    # [embedder] suspected_supersession_line: auto (where measured), on, off
+    supersession_line: str = "auto"
 
     @classmethod
     def from_config(cls, config: Config) -> RecallDefaults:
@@ -166,6 +184,8 @@ class RecallDefaults:
             traversal_depth=int(config.get("recall.traversal_depth")),
             pillar_threshold=int(config.get("recall.pillar_threshold")),
             edge_min_age_s=float(config.get("canonization.edge_min_age_s")),
+            selection=SelectionRules.from_config(config),
+            supersession_line=str(config.get("embedder.suspected_supersession_line")),
         )
 
 
@@ -839,11 +859,14 @@ def recall(
     rrf_k: int = 60,
     legs: Collection[str] = ALL_LEGS,
     normalize: bool | None = None,
+    holder: Holder | None = None,
 ) -> RecallResult:
     """Answer one lambo_recall call.
 
-    ``legs`` and ``normalize`` (see ``fuse``) are for the benchmarks: the served
-    recall runs every leg it can and normalizes whenever the vector leg ran.
+    ``holder`` answers who holds a ``lambo_reserve`` lock on a node (the
+    serve's ``LockTable.holder``), for the conflict lines. ``legs`` and
+    ``normalize`` (see ``fuse``) are for the benchmarks: the served recall runs
+    every leg it can and normalizes whenever the vector leg ran.
     """
     request = parse_request(session, args, defaults)
     index = session.index
@@ -899,6 +922,28 @@ def recall(
                     extra.append(cand)
             if extra:
                 ranked = order_candidates([*live, *extra])
+        listed = _daemon_listing(session)
+        notes = Annotator(
+            graph,
+            now,
+            defaults,
+            scorer.view,
+            caller=request.agent_id,
+            holder=holder,
+            listed=listed,
+            supersession_line=shows_supersession_line(session, defaults),
+        )
+        vectors = index.vectors
+        selection = select_distinct(
+            graph,
+            [c.node_id for c in ranked],
+            request.top_k,
+            defaults.selection,
+            has_own_warning=notes.has_own_warning,
+            merge_threshold=embedder.merge_threshold if embedder is not None else None,
+            vector_of=vectors.get if vectors is not None else lambda _node_id: None,
+        )
+        by_id = {c.node_id: c for c in ranked}
         picks = select_with_contradictions(
             graph,
             ranked,
@@ -906,10 +951,18 @@ def recall(
             now,
             defaults.edge_min_age_s,
             scorer,
-            listed=_daemon_listing(session),
+            listed=listed,
+            first=[by_id[node_id] for node_id in selection.taken],
+            keep_past=notes.conflicted,
         )
         blocks, hits, lines = _describe(
-            graph, picks, defaults, now, history=lambda node_id: _history_line(session, node_id)
+            graph,
+            picks,
+            defaults,
+            now,
+            history=lambda node_id: _history_line(session, node_id),
+            notes=notes,
+            skipped=selection.skipped,
         )
 
     warnings = [vector_warning] if vector_warning else []
@@ -962,24 +1015,36 @@ def select_with_contradictions(
     scorer: _Scorer,
     *,
     listed: Callable[[str], bool] = lambda _node_id: True,
+    first: Sequence[Candidate] | None = None,
+    keep_past: Callable[[str], bool] = lambda _node_id: False,
 ) -> list[Pick]:
-    """The first ``top_k``, plus what the contradiction rules keep or pull in (lock held).
+    """The first ``top_k``, plus what the warning rules keep or pull in (lock held).
 
     ``listed`` is the daemon's contradiction list (with its budget): a hit warns
-    only once the daemon has listed it and the rule still holds now.
+    only once the daemon has listed it and the rule still holds now. ``first``
+    is the hits that take the top_k slots when a selection rule chose them
+    (``[selection] skip_redundant``); by default ``ranked[:top_k]``.
 
-    A contradicted Canonical or Venerable candidate is kept past top_k; any
-    contradicted hit in the result has its contradicting concept beside it
-    (added right after it, past top_k, unless that concept ranked in on its
-    own). A concept pulled in this way is not itself checked (one level).
+    A contradicted Canonical or Venerable candidate is kept past top_k, and so
+    is one ``keep_past`` names (a conflict); any contradicted hit in the result
+    has its contradicting concept beside it (added right after it, past top_k,
+    unless that concept ranked in on its own). A concept pulled in this way is
+    not itself checked (one level).
     """
-    picks = [Pick(c) for c in ranked[:top_k]]
-    for cand in ranked[top_k:]:
+    chosen = list(ranked[:top_k]) if first is None else list(first)
+    taken = {c.node_id for c in chosen}
+    picks = [Pick(c) for c in chosen]
+    for cand in ranked:
+        if cand.node_id in taken:
+            continue
         concept = graph.concept(cand.node_id)
-        if concept is not None and concept.status in (Status.CANONICAL, Status.VENERABLE):
+        if concept is None:
+            continue
+        info = None
+        if concept.status in (Status.CANONICAL, Status.VENERABLE):
             info = _listed_contradiction(graph, cand.node_id, now, edge_min_age, listed)
-            if info is not None:
-                picks.append(Pick(cand, contradiction=info))
+        if info is not None or keep_past(cand.node_id):
+            picks.append(Pick(cand, contradiction=info))
     for pick in picks:
         if pick.contradiction is None:
             pick.contradiction = _listed_contradiction(
@@ -1052,6 +1117,120 @@ def rests_on_lines(graph: SessionGraph, node_id: str, now: float, edge_min_age: 
     return lines
 
 
+# =====================================================================================
+# the other per-hit lines: high risk, conflicts, possibly superseded
+# =====================================================================================
+
+
+def shows_supersession_line(session: Session, defaults: RecallDefaults) -> bool:
+    """[embedder] suspected_supersession_line: on, off, or auto (only where it was measured)."""
+    if defaults.supersession_line != "auto":
+        return defaults.supersession_line == "on"
+    record = session.store.get_session(session.name)
+    return supersession_line_measured(record.embedding_contract if record else None)
+
+
+class Annotator:
+    """One recall's view of the lines ``alerts`` and the supersession flag give (lock held).
+
+    Conflict lines are worked out once per hit: selection asks whether a hit
+    has a line of its own (it is then never skipped as a repeat), the keeping
+    rule whether it has a conflict, and ``_describe`` for the lines.
+    """
+
+    def __init__(
+        self,
+        graph: SessionGraph,
+        now: float,
+        defaults: RecallDefaults,
+        view: EdgeView,
+        *,
+        caller: str,
+        holder: Holder | None = None,
+        listed: Callable[[str], bool] = lambda _node_id: True,
+        supersession_line: bool = False,
+    ) -> None:
+        self.graph = graph
+        self.now = now
+        self.defaults = defaults
+        self.view = view
+        self.caller = caller
+        self.holder = holder
+        self.listed = listed
+        self.supersession_line = supersession_line
+        self._conflicts: dict[str, list[str]] = {}
+
+    def conflicts(self, node_id: str) -> list[str]:
+        found = self._conflicts.get(node_id)
+        if found is None:
+            found = self._conflicts[node_id] = conflict_lines(
+                self.graph, node_id, self.now, self.view, caller=self.caller, holder=self.holder
+            )
+        return found
+
+    def conflicted(self, node_id: str) -> bool:
+        return bool(self.conflicts(node_id))
+
+    def high_risk(self, node_id: str, radius: int) -> str | None:
+        return high_risk_line(
+            self.graph,
+            node_id,
+            self.now,
+            self.view,
+            blast_radius=radius,
+            threshold=self.defaults.pillar_threshold,
+        )
+
+    def has_own_warning(self, node_id: str) -> bool:
+        """Whether the hit would carry a warning line of its own (never skipped then)."""
+        radius = self.graph.blast_radius(node_id)
+        edge_min_age = self.defaults.edge_min_age_s
+        return (
+            radius >= self.defaults.pillar_threshold
+            or self.high_risk(node_id, radius) is not None
+            or self.conflicted(node_id)
+            or _listed_contradiction(self.graph, node_id, self.now, edge_min_age, self.listed)
+            is not None
+            or bool(rests_on_lines(self.graph, node_id, self.now, edge_min_age))
+        )
+
+    def replacements(self, node_id: str) -> list[str]:
+        """Concepts flagged as possibly replacing ``node_id``, newest first (#198).
+
+        A pair lapses once either names the other in against or depends_on.
+        """
+        graph = self.graph
+        found = []
+        for edge in graph.edges_in(node_id, (EdgeType.SUPERSEDES_SUSPECTED,)):
+            newer = graph.concept(edge.src)
+            if newer is None or _declared_between(graph, edge.src, node_id):
+                continue
+            found.append(newer)
+        found.sort(key=lambda c: (-c.about_time, c.canonical_key, c.id))
+        return [c.id for c in found]
+
+    def superseded_line(self, replaced_by: Sequence[str], shown: Collection[str]) -> str | None:
+        """The line naming the newest replacement that is in the result, where it is shown."""
+        if not self.supersession_line:
+            return None
+        newer = next((node_id for node_id in replaced_by if node_id in shown), None)
+        concept = self.graph.concept(newer) if newer is not None else None
+        if concept is None:
+            return None
+        return (
+            f'⚠ Possibly superseded by "{show_safely(concept.content, QUOTE_CHARS)}" '
+            f"(id {short_id(concept.id)}), not declared"
+        )
+
+
+def _declared_between(graph: SessionGraph, a: str, b: str) -> bool:
+    return any(
+        graph.edge(src, dst, kind) is not None
+        for src, dst in ((a, b), (b, a))
+        for kind in (EdgeType.CONTRADICTS, EdgeType.DEPENDENCY)
+    )
+
+
 def _history_line(session: Session, node_id: str) -> str | None:
     """The ``⤓ Superseded at …`` line of a demoted concept (history, not a warning)."""
     try:
@@ -1070,14 +1249,22 @@ def _describe(
     *,
     traversal: bool = False,
     history: Callable[[str], str | None] = lambda _node_id: None,
+    notes: Annotator | None = None,
+    skipped: Mapping[str, Sequence[Skipped]] | None = None,
 ) -> tuple[list[HitBlock], list[dict[str, Any]], list[str]]:
     """Blocks, structured hits and warning lines for the picked hits (lock held).
 
-    A dependency answer (``traversal``) carries no contradiction lines.
+    A hit's lines, in order: the pillar line, the high-risk alert, conflicts,
+    its Contradicted line, rests-on lines, possibly superseded, then (for a
+    contradicting concept) Contradicts lines and the superseded history. A
+    dependency answer (``traversal``) carries only the pillar and high-risk
+    lines; a concept pulled in beside a contradicted hit only its Contradicts
+    line.
     """
     blocks: list[HitBlock] = []
     hits: list[dict[str, Any]] = []
     lines: list[str] = []
+    shown = {pick.cand.node_id for pick in picks}
     for pick in picks:
         cand = pick.cand
         concept = graph.concept(cand.node_id)
@@ -1085,14 +1272,26 @@ def _describe(
             continue
         radius = graph.blast_radius(cand.node_id)
         own: list[str] = []
+        replaced_by: list[str] = []
         if not pick.pulled_in:
             if radius >= defaults.pillar_threshold:
                 own.append(pillar_line(radius))
+            risk = notes.high_risk(cand.node_id, radius) if notes is not None else None
+            if risk is not None:
+                own.append(risk)
+            if notes is not None and not traversal:
+                own.extend(notes.conflicts(cand.node_id))
             if pick.contradiction is not None and not traversal:
                 own.append(contradicted_line(graph, pick.contradiction))
             if not traversal:
                 own.extend(rests_on_lines(graph, cand.node_id, now, defaults.edge_min_age_s))
+            if notes is not None and not traversal:
+                replaced_by = notes.replacements(cand.node_id)
+                line = notes.superseded_line(replaced_by, shown)
+                if line is not None:
+                    own.append(line)
         own.extend(contradicts_line(graph, target) for target in pick.contradicts)
+        also = skipped.get(cand.node_id, ()) if skipped else ()
         past = history(cand.node_id) if not pick.pulled_in and not traversal else None
         blocks.append(
             HitBlock(
@@ -1103,6 +1302,7 @@ def _describe(
                 score=cand.score,
                 blast_radius=radius,
                 lines=(*own, past) if past else tuple(own),
+                also=also_label(also),
             )
         )
         hit: dict[str, Any] = {
@@ -1115,6 +1315,10 @@ def _describe(
         }
         if pick.companion_of:
             hit["companion_of"] = list(pick.companion_of)
+        if replaced_by:
+            hit["possibly_superseded_by"] = replaced_by[0]
+        if also:
+            hit["skipped_redundant"] = skipped_structured(also)
         hits.append(hit)
         lines.extend(own)
     return blocks, hits, lines
@@ -1138,7 +1342,8 @@ def _dependency_answer(
             cands.append(cand)
     ranked = sorted(cands, key=_rank_key)
     top = [Pick(c) for c in ranked[: request.top_k]]
-    blocks, hits, lines = _describe(graph, top, defaults, now, traversal=True)
+    notes = Annotator(graph, now, defaults, scorer.view, caller=request.agent_id)
+    blocks, hits, lines = _describe(graph, top, defaults, now, traversal=True, notes=notes)
     target = graph.concept(anchor.node_id)
     content = target.content if target is not None else anchor.node_id
     header = dependency_header(content, anchor.node_id, len(ranked), len(top))

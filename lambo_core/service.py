@@ -176,6 +176,7 @@ class MemoryService:
                 defaults=self._recall_defaults,
                 fusion=str(self.config.get("fusion.method")),
                 rrf_k=int(self.config.get("fusion.rrf_k")),
+                holder=self.locks.holder,
             )
         )
         return ToolResult(texts=[result.context], structured=result.structured())

@@ -225,3 +225,20 @@ def test_a_writes_own_ack_never_carries_its_outcome(service: MemoryService) -> N
     assert later is not None
     delivered = carried + [r["receipt"] for r in later.get("write_receipts", [])]
     assert sorted(delivered) == sorted([first.structured["receipt"], second.structured["receipt"]])
+
+
+def test_recall_names_another_agents_reservation_as_a_conflict(service: MemoryService) -> None:
+    receipt = derive(service, "deploy script lives in ops/deploy.sh", agent="a")
+    call(service, "lambo_stats", agent_id="a", receipt=receipt, wait_ms=10_000)
+    found = call(service, "lambo_recall", agent_id="a", query="deploy script")
+    assert found.structured is not None
+    node_id = found.structured["hits"][0]["node_id"]
+    held = call(service, "lambo_reserve", agent_id="b", node_id=node_id, ttl_seconds=60)
+    assert not held.is_error
+    theirs = call(service, "lambo_recall", agent_id="a", query="deploy script")
+    assert theirs.structured is not None
+    [line] = theirs.structured["warnings"]
+    assert line.startswith("⚡ Conflict: reserved by b until ")
+    assert line in theirs.texts[0]
+    mine = call(service, "lambo_recall", agent_id="b", query="deploy script")
+    assert mine.structured is not None and mine.structured["warnings"] == []
