@@ -1126,8 +1126,8 @@ def shows_supersession_line(session: Session, defaults: RecallDefaults) -> bool:
     """[embedder] suspected_supersession_line: on, off, or auto (only where it was measured)."""
     if defaults.supersession_line != "auto":
         return defaults.supersession_line == "on"
-    record = session.store.get_session(session.name)
-    return supersession_line_measured(record.embedding_contract if record else None)
+    # the server's contract: a session stamped with another is refused at open (or relabelled)
+    return supersession_line_measured(dict(session.contract))
 
 
 class Annotator:

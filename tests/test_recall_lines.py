@@ -278,3 +278,12 @@ def test_a_hit_with_a_warning_line_of_its_own_is_never_skipped() -> None:
     assert [h["node_id"] for h in result.hits] == [nid(1), nid(2)]
     assert all("skipped_redundant" not in h for h in result.hits)
     assert "⚑ Load-bearing pillar — 5 nodes" in result.context
+
+
+def test_auto_shows_the_line_only_under_a_measured_contract() -> None:
+    from lambo_core.embed.catalog import supersession_line_measured
+
+    assert supersession_line_measured({"kind": "onnx", "model": None, "dim": 1024})  # bge-m3
+    assert not supersession_line_measured({"kind": "onnx", "model": "minilm", "dim": 384})
+    assert not supersession_line_measured({"kind": "none", "model": None, "dim": 0})
+    assert not supersession_line_measured(None)
