@@ -67,7 +67,7 @@ What a cycle costs: it walks every concept once to sort them by status
 first failing gate, and keeps each concept's counted support across cycles
 (``CycleState``) until a supporting edge is written, ages in or goes away;
 every step is measured afresh before it is taken. Under Solo the percentile
-bar takes one pass over the adjacency (``bulk_scores``, recall's formula);
+bar takes one pass over every concept (``scoring.bulk_scores``, recall's formula);
 past ``SOLO_EXACT_MAX`` concepts a bar is reused for up to 10 minutes while
 the session's size moves by at most 1%. Stage 1 under Solo screens on the
 score each concept had when the bar was taken, so one whose score rose since
@@ -111,15 +111,7 @@ from .contradiction import supporting_edges, written_with
 from .errors import LamboError
 from .index.graph import SessionGraph
 from .model import CanonizationEvent, Concept, Edge, EdgeType, Status, short_id
-from .scoring import (
-    ACCESS_COUNTS,
-    EDGE_BONUS,
-    EDGE_BONUS_CAP,
-    RECENCY_HALF_LIFE_S,
-    TYPE_OFFSET,
-    BaseParts,
-    base_parts,
-)
+from .scoring import ACCESS_COUNTS, BaseParts, base_parts, bulk_scores
 from .text import format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -348,86 +340,6 @@ _SCORES: weakref.WeakKeyDictionary[SessionGraph, ScoreTable] = weakref.WeakKeyDi
 _SCORES_LOCK = threading.Lock()
 
 
-def _pending_access(session: Session) -> dict[str, int]:
-    """Every access count recall holds in RAM for ``session`` (one snapshot)."""
-    return ACCESS_COUNTS.snapshot(session)
-
-
-def bulk_scores(
-    session: Session, graph: SessionGraph, now: float
-) -> tuple[dict[str, float], int, int]:
-    """Every concept's ``recall.base_parts(...).total`` in one pass over the adjacency.
-
-    The per-concept function walks eighteen per-type dicts per concept; this
-    walks each dict once and evaluates the formula over numpy arrays. Returns
-    (scores, the session's highest degree, its interaction count), the
-    session-wide terms the scores were taken with. The caller holds the lock.
-    """
-    ids = graph.concept_ids()
-    if not ids:
-        return {}, 0, graph.interaction_count
-    row = {node_id: i for i, node_id in enumerate(ids)}
-    n = len(ids)
-    count = [0] * n
-    bonus = [0.0] * n
-    last = [-math.inf] * n
-    touched: list[set[str] | None] = [None] * n
-    out: Mapping[EdgeType, Mapping[str, Mapping[str, Edge]]] = graph._out
-    inn: Mapping[EdgeType, Mapping[str, Mapping[str, Edge]]] = graph._in
-    for edge_type in EdgeType:
-        weight = EDGE_BONUS.get(edge_type, 0.0)
-        derives = edge_type is EdgeType.DERIVES
-        for side in (out[edge_type], inn[edge_type]):
-            for node_id, peers in side.items():
-                i = row.get(node_id)
-                if i is None or not peers:
-                    continue
-                k = len(peers)
-                count[i] += k
-                bonus[i] += weight * k
-                seen = touched[i]
-                if seen is None:
-                    seen = touched[i] = set()
-                newest = last[i]
-                for edge in peers.values():
-                    if edge.created_at > newest:
-                        newest = edge.created_at
-                    if edge.interaction_id:
-                        seen.add(edge.interaction_id)
-                    if derives:
-                        seen.add(edge.src)
-                last[i] = newest
-    pending = _pending_access(session)
-    created = np.empty(n)
-    accessed = np.empty(n)
-    wrote = np.empty(n)
-    offset = np.empty(n)
-    for i, node_id in enumerate(ids):
-        concept = graph.concept(node_id)
-        assert concept is not None
-        created[i] = concept.created_at
-        accessed[i] = concept.access_count + pending.get(node_id, 0)
-        seen = touched[i]
-        k = len(seen) if seen else 0
-        if concept.interaction_id and not (seen and concept.interaction_id in seen):
-            k += 1
-        wrote[i] = k
-        offset[i] = TYPE_OFFSET[concept.concept_type]
-    counts = np.asarray(count, dtype=np.float64)
-    max_degree = int(counts.max())
-    interactions = graph.interaction_count
-    age = np.maximum(0.0, now - np.maximum(np.asarray(last), created))
-    top = np.maximum(float(max_degree), counts)
-    recency = 0.25 * np.power(0.5, age / RECENCY_HALF_LIFE_S)
-    frequency = 0.20 * np.minimum(1.0, accessed / 10.0)
-    activity = 0.20 * np.minimum(1.0, wrote / interactions) if interactions else np.zeros(n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        density = np.where(top > 0, 0.35 * (counts / top), 0.0)
-    edge_bonus = np.minimum(np.asarray(bonus), EDGE_BONUS_CAP)
-    total = recency + frequency + activity + density + edge_bonus + offset
-    return dict(zip(ids, total.tolist(), strict=True)), max_degree, interactions
-
-
 def _fresh_enough(table: ScoreTable, version: int, size: int, now: float) -> bool:
     if table.version == version and table.at == now:
         return True
@@ -439,7 +351,7 @@ def _fresh_enough(table: ScoreTable, version: int, size: int, now: float) -> boo
 def score_table(
     session: Session, now: float, percentile: float, *, writer: bool = False
 ) -> ScoreTable:
-    """The Solo bar: the ``percentile`` of every concept's base score (``bulk_scores``).
+    """The Solo bar: the ``percentile`` of every concept's base score (``scoring.bulk_scores``).
 
     Up to ``SOLO_EXACT_MAX`` concepts it is taken again at every change of the
     graph. Past that one pass costs about a second at 100k concepts, so a bar

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .index.graph import SessionGraph
 from .model import Concept, ConceptType, Edge, EdgeType
 
@@ -204,6 +206,12 @@ def _refresh_degree(graph_ref: weakref.ref[SessionGraph], stats: _SessionStats) 
 # the base score
 # =====================================================================================
 
+# the base score's weights (0.2.2's), shared by base_parts and bulk_scores
+W_RECENCY = 0.25
+W_FREQUENCY = 0.20
+W_ACTIVITY = 0.20
+W_DENSITY = 0.35
+ACCESS_FULL = 10.0  # accesses at which the frequency term is full
 RECENCY_HALF_LIFE_S = 7 * 24 * 3600.0
 TYPE_OFFSET = {
     ConceptType.CONSTRAINT: 0.15,
@@ -403,11 +411,53 @@ def base_parts(
     last = max(last, concept.created_at)
     age = max(0.0, now - last)
     top = max(max_degree, count)
+    # the same terms as bulk_scores, over one concept (plain floats: numpy per scalar
+    # would cost recall microseconds per candidate)
     return BaseParts(
-        recency=0.25 * 0.5 ** (age / RECENCY_HALF_LIFE_S),
-        frequency=0.20 * min(1.0, (concept.access_count + pending_access) / 10.0),
-        activity=0.20 * min(1.0, touched / interactions) if interactions else 0.0,
-        density=0.35 * (count / top) if top else 0.0,
+        recency=W_RECENCY * 0.5 ** (age / RECENCY_HALF_LIFE_S),
+        frequency=W_FREQUENCY * min(1.0, (concept.access_count + pending_access) / ACCESS_FULL),
+        activity=W_ACTIVITY * min(1.0, touched / interactions) if interactions else 0.0,
+        density=W_DENSITY * (count / top) if top else 0.0,
         edge_bonus=min(bonus, EDGE_BONUS_CAP),
         type_offset=TYPE_OFFSET[concept.concept_type],
     )
+
+
+def bulk_scores(
+    session: Session, graph: SessionGraph, now: float
+) -> tuple[dict[str, float], int, int]:
+    """Every concept's ``base_parts(...).total``, the formula evaluated over numpy arrays.
+
+    For the Solo bar, a percentile over the whole session. The edge summaries
+    come from the same per-concept cache recall reads (warmed in the
+    background for a large session). Returns (scores, the session's highest
+    degree, its interaction count), the session-wide terms the scores were
+    taken with. The caller holds the index lock or is the writer thread.
+    """
+    ids = graph.concept_ids()
+    if not ids:
+        return {}, 0, graph.interaction_count
+    view = EdgeView(graph)
+    pending = ACCESS_COUNTS.snapshot(session)
+    n = len(ids)
+    count, bonus, last, touched = (np.empty(n) for _ in range(4))
+    created, accessed, offset = (np.empty(n) for _ in range(3))
+    for i, node_id in enumerate(ids):
+        concept = graph.concept(node_id)
+        assert concept is not None
+        count[i], bonus[i], last[i], touched[i] = view.summary(node_id)
+        created[i] = concept.created_at
+        accessed[i] = concept.access_count + pending.get(node_id, 0)
+        offset[i] = TYPE_OFFSET[concept.concept_type]
+    max_degree = int(count.max())
+    interactions = graph.interaction_count
+    age = np.maximum(0.0, now - np.maximum(last, created))
+    top = np.maximum(float(max_degree), count)
+    recency = W_RECENCY * np.power(0.5, age / RECENCY_HALF_LIFE_S)
+    frequency = W_FREQUENCY * np.minimum(1.0, accessed / ACCESS_FULL)
+    activity = W_ACTIVITY * np.minimum(1.0, touched / interactions) if interactions else 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        density = np.where(top > 0, W_DENSITY * (count / top), 0.0)
+    edge_bonus = np.minimum(bonus, EDGE_BONUS_CAP)
+    total = recency + frequency + activity + density + edge_bonus + offset
+    return dict(zip(ids, total.tolist(), strict=True)), max_degree, interactions

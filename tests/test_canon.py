@@ -16,7 +16,6 @@ from lambo_core.canon import (
     admission,
     admission_section,
     aged_blast_radius,
-    bulk_scores,
     measure_support,
     superseded_history,
 )
@@ -25,7 +24,7 @@ from lambo_core.daemon import Daemon
 from lambo_core.errors import StoreError
 from lambo_core.inspect import run_inspect
 from lambo_core.model import Status, short_id
-from lambo_core.scoring import ACCESS_COUNTS, base_parts, interaction_count
+from lambo_core.scoring import ACCESS_COUNTS, base_parts, bulk_scores, interaction_count
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key, format_rfc3339
