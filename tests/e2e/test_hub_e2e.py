@@ -140,3 +140,46 @@ def test_unsafe_socket_dir_refuses_without_leaking_the_path(served_home: Path) -
     finally:
         (runtime / "lambo").rmdir()
         runtime.rmdir()
+
+
+def test_a_reservation_through_a_forwarder_is_a_conflict_line_on_the_hub(
+    served_home: Path,
+) -> None:
+    """Locks live in the hub's RAM: one taken through a forwarder shows on every recall."""
+
+    async def scenario() -> None:
+        async with Client(params(served_home)) as first, Client(params(served_home)) as second:
+            receipt = await derive(first, "the deploy script lives in ops/deploy.sh")
+            await first.call_tool(
+                "lambo_stats", {"agent_id": "agent-a", "receipt": receipt, "wait_ms": 30_000}
+            )
+            found = body(
+                await first.call_tool(
+                    "lambo_recall", {"agent_id": "agent-a", "query": "deploy script"}
+                )
+            )
+            node_id = found["hits"][0]["node_id"]
+            body(
+                await second.call_tool("lambo_reserve", {"agent_id": "agent-b", "node_id": node_id})
+            )
+            seen = body(
+                await first.call_tool(
+                    "lambo_recall", {"agent_id": "agent-a", "query": "deploy script"}
+                )
+            )
+            [line] = seen["warnings"]
+            assert line.startswith("⚡ Conflict: reserved by agent-b until "), line
+            assert line in seen["context"]
+            body(
+                await second.call_tool(
+                    "lambo_reserve", {"agent_id": "agent-b", "node_id": node_id, "release": True}
+                )
+            )
+            after = body(
+                await first.call_tool(
+                    "lambo_recall", {"agent_id": "agent-a", "query": "deploy script"}
+                )
+            )
+            assert after["warnings"] == []
+
+    anyio.run(scenario)
