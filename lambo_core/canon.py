@@ -99,7 +99,6 @@ import logging
 import math
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -111,6 +110,7 @@ from .contradiction import supporting_edges, written_with
 from .errors import LamboError
 from .index.graph import SessionGraph
 from .model import CanonizationEvent, Concept, Edge, EdgeType, Status, short_id
+from .owned import PerOwner
 from .scoring import ACCESS_COUNTS, BaseParts, base_parts, bulk_scores
 from .text import format_rfc3339, show_safely
 
@@ -336,8 +336,7 @@ class ScoreTable:
         )
 
 
-_SCORES: weakref.WeakKeyDictionary[SessionGraph, ScoreTable] = weakref.WeakKeyDictionary()
-_SCORES_LOCK = threading.Lock()
+_SCORES: PerOwner[SessionGraph, ScoreTable] = PerOwner()
 
 
 def _fresh_enough(table: ScoreTable, version: int, size: int, now: float) -> bool:
@@ -365,8 +364,7 @@ def score_table(
     with index.lock:
         graph = index.graph
         version, size = graph.version, len(graph)
-        with _SCORES_LOCK:
-            cached = _SCORES.get(graph)
+        cached = _SCORES.peek(graph)
         if cached is not None and _fresh_enough(cached, version, size, now):
             return cached
     with _held(index.lock, not writer):
@@ -374,8 +372,7 @@ def score_table(
     values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
     bar = float(np.percentile(values, percentile)) if len(values) else math.inf
     table = ScoreTable(version, now, len(values), bar, scores, max_degree, interactions)
-    with _SCORES_LOCK:
-        _SCORES[graph] = table
+    _SCORES.put(graph, table)
     return table
 
 
@@ -453,21 +450,18 @@ class DemotionLog:
         return out
 
 
-_LOGS: weakref.WeakKeyDictionary[Session, DemotionLog] = weakref.WeakKeyDictionary()
-_LOGS_LOCK = threading.Lock()
+_LOGS: PerOwner[Session, DemotionLog] = PerOwner()
 
 
 def demotion_log(session: Session, rules: CanonRules | None = None) -> DemotionLog:
     """The session's demotion log, rebuilt from the store on first use (raises StoreError)."""
-    with _LOGS_LOCK:
-        found = _LOGS.get(session)
+    found = _LOGS.peek(session)
     if found is not None:
         return found
     events = session.store.canon_events(session.name)
     with session.index.lock:
         built = DemotionLog.rebuild(events, session.index.graph, rules or CanonRules())
-    with _LOGS_LOCK:
-        return _LOGS.setdefault(session, built)
+    return _LOGS.setdefault(session, built)
 
 
 @dataclass(frozen=True)

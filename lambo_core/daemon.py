@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +47,7 @@ from .canon import RANK, CanonRules, CycleReport, CycleState, run_cycle
 from .clock import Clock
 from .config import Config
 from .contradiction import ContradictionInfo, contradicted_targets, contradictions
+from .owned import PerOwner
 
 if TYPE_CHECKING:
     from .session import Session
@@ -98,8 +98,7 @@ class Daemon:
         self.last_report: CycleReport | None = None
         self._contradictions: dict[str, ContradictionInfo] = {}
         self.contradictions_dropped = 0
-        with _REGISTRY_LOCK:
-            _DAEMONS[session] = self
+        _DAEMONS.put(session, self)
         # Recall reads the list through the session (recall cannot import the daemon:
         # the daemon imports gc, which imports recall).
         session.contradiction_listing = self.listed
@@ -209,11 +208,9 @@ class Daemon:
             }
 
 
-_DAEMONS: weakref.WeakKeyDictionary[Session, Daemon] = weakref.WeakKeyDictionary()
-_REGISTRY_LOCK = threading.Lock()
+_DAEMONS: PerOwner[Session, Daemon] = PerOwner()
 
 
 def daemon_for(session: Session) -> Daemon | None:
     """The daemon running for ``session`` in this process, if any (the latest one made)."""
-    with _REGISTRY_LOCK:
-        return _DAEMONS.get(session)
+    return _DAEMONS.peek(session)

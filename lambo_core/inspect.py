@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -54,6 +53,7 @@ from .contradiction import DEFAULT_EDGE_MIN_AGE_S, contradictions
 from .errors import ReferenceRefused, StoreError
 from .index.graph import SessionGraph
 from .model import Concept, Edge, EdgeType, Status, short_id
+from .owned import PerOwner
 from .recall import contradicted_line, keyword_query, rests_on_lines
 from .references import MAX_LISTED_CANDIDATES, match_reference
 from .scoring import ACCESS_COUNTS
@@ -156,9 +156,7 @@ class Resolution:
     suggestions: list[Concept] = field(default_factory=list)
 
 
-_pillar_cache: weakref.WeakKeyDictionary[SessionGraph, tuple[int, list[str]]] = (
-    weakref.WeakKeyDictionary()
-)
+_pillar_cache: PerOwner[SessionGraph, tuple[int, list[str]]] = PerOwner()
 
 
 def pillar_ids(session: Session) -> list[str]:
@@ -174,7 +172,7 @@ def pillar_ids(session: Session) -> list[str]:
     with index.lock:
         graph = index.graph
         version = graph.version
-        cached = _pillar_cache.get(graph)
+        cached = _pillar_cache.peek(graph)
         if cached is not None and cached[0] == version:
             return cached[1]
         ids = graph.concept_ids()
@@ -189,7 +187,7 @@ def pillar_ids(session: Session) -> list[str]:
                         scored.append((radius, order, node_id))
     # largest radius first; among equals the more recently written
     pillars = [node_id for *_, node_id in heapq.nlargest(SUBSET_BY_RADIUS, scored)]
-    _pillar_cache[graph] = (version, pillars)
+    _pillar_cache.put(graph, (version, pillars))
     return pillars
 
 

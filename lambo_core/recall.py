@@ -74,7 +74,6 @@ import re
 import threading
 import time
 import unicodedata
-import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +89,7 @@ from .embed.onnx import EmbedderLoading
 from .errors import ConfigError, LamboError, ParameterError, StoreError
 from .index.keywords import tokenize
 from .model import ConceptType, EdgeType, Status, short_id
+from .owned import PerOwner
 from .scoring import (
     ACCESS_COUNTS,
     EdgeView,
@@ -328,16 +328,7 @@ class _LegCache:
                 self.entries.popitem(last=False)
 
 
-_LEG_CACHES: weakref.WeakKeyDictionary[SessionIndex, _LegCache] = weakref.WeakKeyDictionary()
-_LEG_CACHES_LOCK = threading.Lock()
-
-
-def _leg_cache(index: SessionIndex) -> _LegCache:
-    with _LEG_CACHES_LOCK:
-        cache = _LEG_CACHES.get(index)
-        if cache is None:
-            cache = _LEG_CACHES[index] = _LegCache()
-        return cache
+_LEG_CACHES: PerOwner[SessionIndex, _LegCache] = PerOwner(_LegCache)
 
 
 def _vector_state(session: Session) -> tuple[Any, str | None]:
@@ -890,7 +881,7 @@ def recall(
         tuple(sorted(legs)),
         embedder is not None,
     )
-    cache = _leg_cache(index)
+    cache = _LEG_CACHES.get(index)
     leg_results = cache.get(cache_key)
     if leg_results is None:
         leg_results = run_legs(session, request.query, depth, legs, embedder)

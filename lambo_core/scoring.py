@@ -22,6 +22,7 @@ import numpy as np
 
 from .index.graph import SessionGraph
 from .model import Concept, ConceptType, Edge, EdgeType
+from .owned import PerOwner
 
 if TYPE_CHECKING:
     from .session import Session
@@ -151,16 +152,12 @@ class _SessionStats:
         self.lock = threading.Lock()
 
 
-_STATS: weakref.WeakKeyDictionary[SessionGraph, _SessionStats] = weakref.WeakKeyDictionary()
-_STATS_LOCK = threading.Lock()
+_STATS: PerOwner[SessionGraph, _SessionStats] = PerOwner(_SessionStats)
 
 
 def max_degree(graph: SessionGraph, monotonic_now: float) -> int:
     """The session's highest edge count (the caller holds the index lock)."""
-    with _STATS_LOCK:
-        stats = _STATS.get(graph)
-        if stats is None:
-            stats = _STATS[graph] = _SessionStats()
+    stats = _STATS.get(graph)
     with stats.lock:
         if stats.version == graph.version:
             return stats.max_degree
@@ -315,20 +312,15 @@ class EdgeView:
 
 
 SUMMARY_CACHE_SIZE = 200_000  # about 250 bytes each: 50 MB at most, 25 MB at 100k concepts
-_SUMMARIES: weakref.WeakKeyDictionary[SessionGraph, dict[str, tuple[int, EdgeSummary]]] = (
-    weakref.WeakKeyDictionary()
-)
+# node id -> (its edge stamp then, summary), per graph
+_SUMMARIES: PerOwner[SessionGraph, dict[str, tuple[int, EdgeSummary]]] = PerOwner(dict)
 WARM_MIN = 5_000  # a smaller session summarises its candidates as recall meets them
 WARM_CHUNK = 1_000  # concepts summarised between yields of the GIL
 
 
 def _summary_cache(graph: SessionGraph) -> dict[str, tuple[int, EdgeSummary]]:
     """The summaries kept for ``graph``: node id -> (its edge stamp then, summary)."""
-    with _STATS_LOCK:
-        held = _SUMMARIES.get(graph)
-        if held is None:
-            held = _SUMMARIES[graph] = {}
-        return held
+    return _SUMMARIES.get(graph)
 
 
 def start_summary_warm(graph: SessionGraph) -> threading.Thread | None:
@@ -343,19 +335,17 @@ def start_summary_warm(graph: SessionGraph) -> threading.Thread | None:
     thread = threading.Thread(
         target=warm_summaries, args=(graph,), name="lambo-summary-warm", daemon=True
     )
-    with _STATS_LOCK:
-        _WARMING[graph] = thread
+    _WARMING.put(graph, thread)
     thread.start()
     return thread
 
 
-_WARMING: weakref.WeakKeyDictionary[SessionGraph, threading.Thread] = weakref.WeakKeyDictionary()
+_WARMING: PerOwner[SessionGraph, threading.Thread] = PerOwner()
 
 
 def wait_for_summaries(graph: SessionGraph, timeout: float) -> bool:
     """Wait for ``graph``'s background summaries (benchmarks measure the steady state)."""
-    with _STATS_LOCK:
-        thread = _WARMING.get(graph)
+    thread = _WARMING.peek(graph)
     if thread is not None:
         thread.join(timeout)
     return thread is None or not thread.is_alive()
