@@ -460,7 +460,9 @@ def demotion_log(session: Session, rules: CanonRules | None = None) -> DemotionL
         return found
     events = session.store.canon_events(session.name)
     with session.index.lock:
-        built = DemotionLog.rebuild(events, session.index.graph, rules or CanonRules())
+        # the configured rules wherever the first call comes from (recall passes none)
+        rules = rules or session.canon_rules or CanonRules()
+        built = DemotionLog.rebuild(events, session.index.graph, rules)
     return _LOGS.setdefault(session, built)
 
 

@@ -102,6 +102,7 @@ class Daemon:
         # Recall reads the list through the session (recall cannot import the daemon:
         # the daemon imports gc, which imports recall).
         session.contradiction_listing = self.listed
+        session.canon_rules = self.rules
 
     def attach(self, pipeline: WritePipeline) -> Daemon:
         """Run ``cycle`` on the pipeline's writer thread every ``cycle_interval_s``."""

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .clock import Clock, SystemClock
 from .config import Config
@@ -26,6 +26,9 @@ from .index.session_index import SessionIndex
 from .receipts import ReceiptBook
 from .scoring import start_summary_warm
 from .store.base import Store
+
+if TYPE_CHECKING:
+    from .canon import CanonRules
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,9 @@ class Session:
         # The daemon's contradiction list (with its budget), once a daemon runs here:
         # recall warns on a hit only when it is listed. None: every hit is checked.
         self.contradiction_listing: Callable[[str], bool] | None = None
+        # The daemon's [canonization] rules, once a daemon runs here: what rebuilds the
+        # demotion log read by recall's history line. None: the defaults.
+        self.canon_rules: CanonRules | None = None
 
     @classmethod
     def open(

@@ -860,3 +860,24 @@ def test_session_list(tmp_path: Path) -> None:
         _cli(["session", "list", "--store", str(tmp_path / "l.db"), "--json"], tmp_path).output
     )
     assert [r["session"] for r in rows] == ["alpha", "beta"]
+
+
+def test_the_demotion_log_is_rebuilt_with_the_daemons_rules_whoever_asks_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recall's history line asks without rules; the configured ones must still apply."""
+    from lambo_core import canon
+
+    session = Session.open(MemoryStore(), "s", EmbedderPlan(None, None), clock=ManualClock())
+    rules = CanonRules(edge_min_age_s=5.0, supersede=True)
+    Daemon(session, rules)
+    seen: list[CanonRules] = []
+    real = canon.DemotionLog.rebuild
+
+    def spy(events: Any, graph: Any, used: CanonRules) -> canon.DemotionLog:
+        seen.append(used)
+        return real(events, graph, used)
+
+    monkeypatch.setattr(canon.DemotionLog, "rebuild", spy)
+    assert superseded_history(session, "00000000-0000-4000-8000-000000000000") is None
+    assert seen == [rules]
