@@ -477,18 +477,12 @@ class ReceiptBook:
         The owner reading a settled outcome consumes its piggyback; anyone else
         gets forbidden and consumes nothing.
         """
-        parsed = parse_receipt_id(receipt_id)
-        if parsed is None:
-            return _not_ours(None, ReceiptState.NEVER_ISSUED, _MALFORMED_DETAIL)
-        canonical = receipt_id.strip()
-        if not self._is_ours(parsed):
-            return self._foreign(canonical, agent_id, session)
-        with self._lock:
-            self._evict_locked()
-            found = self._owned_locked(canonical, parsed[2], agent_id, session)
-            if isinstance(found, ReceiptView):
-                return found
-            return self._owner_view_locked(found)
+        begun = self._begin_wait(receipt_id, agent_id, session, 0)  # a wait of 0 never waits
+        if isinstance(begun, str):
+            return self._foreign(begun, agent_id, session)
+        if isinstance(begun, _WaitTicket):  # pragma: no cover - no ticket without a wait
+            raise AssertionError("a zero wait took a wait slot")
+        return begun
 
     def _foreign(self, receipt_id: str, agent_id: str, session: str) -> ReceiptView:
         """An id another process issued: only the durable intents can answer.
