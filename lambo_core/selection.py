@@ -21,7 +21,6 @@ exactly the first ``top_k`` hits.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
@@ -31,7 +30,7 @@ import numpy as np
 from .index.keywords import tokenize
 from .matching import merge_forbidden
 from .model import EdgeType, Vector, short_id
-from .text import _ANY_INVISIBLE_RE
+from .text import visible_nfc
 
 if TYPE_CHECKING:
     from .config import Config
@@ -120,8 +119,7 @@ _OPPOSITES: Final = _opposite_index()
 
 def same_text_key(text: str) -> str:
     """``text`` with invisible characters dropped and whitespace runs made one space; case kept."""
-    visible = _ANY_INVISIBLE_RE.sub("", unicodedata.normalize("NFC", text))
-    return " ".join(visible.split())
+    return " ".join(visible_nfc(text).split())
 
 
 def _opposite_sides(words: Sequence[str]) -> dict[int, set[int]]:

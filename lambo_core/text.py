@@ -394,6 +394,11 @@ _STEM_SUFFIXES = ("'s", "’s", "s'", "s’", "es", "s")
 _NOT_STEMMED_RE = re.compile(r"[0-9/.]")
 
 
+def visible_nfc(text: str) -> str:
+    """``text`` in NFC with every invisible character dropped, allowed ones included."""
+    return _ANY_INVISIBLE_RE.sub("", unicodedata.normalize("NFC", text))
+
+
 def has_image_suffix(text: str) -> bool:
     """Whether any word of ``text`` reads as ``[image:<id>]``.
 
@@ -404,7 +409,7 @@ def has_image_suffix(text: str) -> bool:
     suffixes, ``[image:r17]s`` and ``see [image: diagram]`` are not. The id is
     ``[a-z0-9]{1,64}``, as for ``lambo_derive_image``.
     """
-    folded = _ANY_INVISIBLE_RE.sub("", unicodedata.normalize("NFC", text)).casefold()
+    folded = visible_nfc(text).casefold()
     for word in folded.split():
         if _IMAGE_SUFFIX_RE.fullmatch(word):
             return True
