@@ -894,7 +894,7 @@ def test_vector_leg_finds_meaning_without_shared_words(hybrid: Session) -> None:
     assert FACTS[0] in contents(full) and full.warnings == []
 
 
-@pytest.mark.parametrize("fusion", ["max", "rrf"])
+@pytest.mark.parametrize("fusion", ["sum", "max", "rrf"])
 def test_fused_legs_rank_a_word_match_and_a_meaning_match(hybrid: Session, fusion: str) -> None:
     result = recall(
         hybrid,

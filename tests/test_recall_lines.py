@@ -19,8 +19,12 @@ from lambo_core.model import EdgeType, Interaction, InteractionKind, Status, Wri
 from lambo_core.recall import RecallDefaults, RecallResult, recall
 from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.selection import SelectionRules
-from lambo_core.session import Session
-from tests.test_recall import T0, Mem, nid
+from lambo_core.session import EmbedderPlan, Session
+from lambo_core.store import SqliteStore
+from lambo_core.writes import WritePipeline
+from tests.test_recall import T0, Mem, minilm, nid
+
+__all__ = ["minilm"]  # a module-scoped fixture shared with test_recall
 
 NOW = T0 + 3600  # 2025-10-09T09:53:20Z
 
@@ -287,3 +291,41 @@ def test_auto_shows_the_line_only_under_a_measured_contract() -> None:
     assert not supersession_line_measured({"kind": "onnx", "model": "minilm", "dim": 384})
     assert not supersession_line_measured({"kind": "none", "model": None, "dim": 0})
     assert not supersession_line_measured(None)
+
+
+def test_a_real_write_flags_the_pair_and_recall_carries_it(tmp_path: Any, minilm: Any) -> None:
+    """Through the write pipeline and MiniLM: the merge refuses (numbers differ), the write
+    flags the pair, and recall names the newer concept on the older hit."""
+    pipeline = WritePipeline(
+        Session.open(SqliteStore(tmp_path / "p.db"), "s", EmbedderPlan.ready(minilm))
+    ).start()
+    try:
+        details = []
+        for port in (8080, 8081):
+            ack = pipeline.submit(
+                "lambo_derive",
+                {
+                    "agent_id": "agent-a",
+                    "concepts": [
+                        {"content": f"the embedder listens on port {port}", "concept_type": "logic"}
+                    ],
+                },
+            )
+            view = pipeline.session.receipts.wait(ack.structured["receipt"], "agent-a", "s", 30_000)
+            details.append(view.detail)
+        assert "1 possible undeclared supersession(s) flagged" in details[1]
+        session = pipeline.session
+        by_text = {c.content: c.id for c in session.index.graph.iter_concepts()}
+        older = by_text["the embedder listens on port 8080"]
+        newer = by_text["the embedder listens on port 8081"]
+        auto = ask(session, "which port does the embedder listen on")
+        hit = next(h for h in auto.hits if h["node_id"] == older)
+        assert hit["possibly_superseded_by"] == newer
+        assert "Possibly superseded" not in auto.context  # MiniLM: not measured for it
+        shown = ask(session, "which port does the embedder listen on", defaults=LINE_ON)
+        assert (
+            '⚠ Possibly superseded by "the embedder listens on port 8081" '
+            f"(id {newer[:8]}), not declared"
+        ) in shown.warnings
+    finally:
+        pipeline.close()
