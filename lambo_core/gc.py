@@ -1,4 +1,4 @@
-"""Garbage collection: sweeps that drop the concepts memory no longer needs.
+"""Garbage collection: sweeps that drop the concepts and weak edges memory no longer needs.
 
 Spec: lambo_stats (``gc``), "Keeping a concept alive" under Contradiction
 warnings, "Saying an existing concept is wrong" (its garbage-collection
@@ -59,10 +59,13 @@ How. Collected concepts are deleted with ``Store.delete_concepts`` (both
 stores remove every edge touching them in the same transaction, so no edge
 is left pointing at a collected concept), then mirrored out of the session
 index with ``SessionIndex.remove_concepts`` (which takes the index lock).
-The plan scores concepts under the index lock ``PLAN_CHUNK`` (2,000) at a
-time and settles the protections under one more hold, so a recall waits for
-a chunk, never a whole sweep; that reading is consistent because the sweep
-runs on the writer thread, the only thread that changes the graph.
+Then the weak edges (below) are deleted with ``Store.delete_edges`` (one
+transaction) and mirrored with ``SessionIndex.remove_edges``, ``PLAN_CHUNK``
+edges per hold of the index lock. The plan scores concepts under the index
+lock ``PLAN_CHUNK`` (2,000) at a time and settles the protections under one
+more hold, so a recall waits for a chunk, never a whole sweep; that reading
+is consistent because the sweep runs on the writer thread, the only thread
+that changes the graph.
 
 Survivors. Every concept still in memory after a sweep, except those only the
 cap deferred, has survived it and is owed one ``gc_survived`` (the
@@ -72,11 +75,35 @@ most ``survivor_bumps_per_sweep`` (100,000) of the bumps owed
 stay owed in RAM (``survivors_deferred``) for ``drain_survivors`` or the
 next sweep. Owed bumps do not survive a restart.
 
-Weak edges. 0.2.2 also dropped weak CoOccurrence/Semantic edges (weight under
-0.5, never reinforced, written over an hour ago: a reinforcement adds 1.0, so
-an edge under 0.5 was never reinforced). The Store protocol has no way to
-delete an edge, so sweeps do not drop them; ``SweepReport.weak_edges`` counts
-what a sweep would have dropped.
+Weak edges. As in 0.2.2, a sweep also drops weak CoOccurrence/Semantic edges:
+weight under 0.5, never reinforced (a reinforcement adds 1.0, so an edge
+under 0.5 was never reinforced), written (``created_at``) at least an hour
+before the sweep, whatever their ends: Venerable/Canonical status protects a
+concept, not the weak edges touching it. A weak edge touching a concept the
+sweep collects goes with that concept; ``SweepReport.weak_edges`` counts only
+the weak edges dropped on their own. Dropping an edge removes no concept, so
+it never leaves an edge pointing at a missing one. The protections (status,
+and Contradicts, Dependency and Hierarchical edges) never read a CoOccurrence
+or Semantic edge, so a drop takes none away; the base score does read them
+(degree, edge bonus), so a concept may fall under its bar by the next sweep.
+
+- Not capped. ``per_sweep_cap`` is the spec's ``collection_cap``: it counts
+  concepts, and ``deferred``/``cap_bound`` report concepts only. Weak edges
+  are all dropped by the sweep that finds them: the plan reads those edges
+  anyway, after the first sweep each one drops only the edges that came of
+  age since the one before, and a cap below the rate weak edges are written
+  would leave a backlog that never drains. Lock holds stay short all the
+  same: the drop is mirrored ``PLAN_CHUNK`` edges per hold of the index
+  lock, so a recall waits for a chunk, never the whole drop.
+- Same plan, next sweep. Both the concepts to collect and the edges to drop
+  are planned on the graph as it stood before the sweep, so whether a concept
+  is due, and every protection, is judged as if no edge had been dropped. A
+  concept a dropped edge leaves with no edge at all is therefore not
+  collected in the same sweep: it survives it (and is owed its
+  ``gc_survived``), and the next sweep finds it edgeless and due, if it is
+  still edgeless then and past ``min_age_s``, and collects it unless a
+  protection keeps it (its status: an edgeless concept has no edge for any
+  other protection to read).
 """
 
 from __future__ import annotations
@@ -125,7 +152,7 @@ RESISTANCE: dict[ConceptType, float] = {
 }
 PROTECTED_STATUSES = frozenset({Status.VENERABLE, Status.CANONICAL})
 
-# 0.2.2's weak-edge rule, counted but not applied (the Store protocol cannot delete an edge).
+# 0.2.2's weak-edge rule: a sweep drops these (see "Weak edges" above).
 WEAK_EDGE_TYPES = (EdgeType.COOCCURRENCE, EdgeType.SEMANTIC)
 WEAK_EDGE_WEIGHT = 0.5
 WEAK_EDGE_AGE_S = 3600.0
@@ -138,6 +165,7 @@ KEPT_DEPENDENTS = "dependents"
 
 _EDGELESS = -math.inf  # sorts an edgeless concept before every scored one
 _Rank = tuple[float, float]  # (standing, created_at): lower is collected first
+EdgeKey = tuple[str, str, EdgeType]  # (src, dst, edge_type): an edge's key in its session
 
 
 @dataclass(frozen=True)
@@ -183,7 +211,8 @@ class GcPlan:
     kept: dict[str, str] = field(default_factory=dict)  # due but kept: node id -> reason
     due: int = 0  # concepts due before any protection
     young: int = 0  # concepts under min_age_s, never looked at
-    weak_edges: int = 0  # edges 0.2.2 would have dropped (not dropped here)
+    # weak edges the sweep drops, in graph order; none touches a concept in ``collect``
+    drop_edges: list[EdgeKey] = field(default_factory=list)
 
     @property
     def cap_bound(self) -> bool:
@@ -226,7 +255,7 @@ def plan_sweep(
     pending_access: Callable[[str], int] | None = None,
     lock: AbstractContextManager[object] | None = None,
 ) -> GcPlan:
-    """Which concepts a sweep at ``now`` collects, defers and keeps.
+    """Which concepts a sweep at ``now`` collects, defers and keeps; which weak edges it drops.
 
     With ``lock`` (the session index lock) the concepts are scored
     ``PLAN_CHUNK`` at a time, each chunk under one hold, and the protections
@@ -246,13 +275,14 @@ def plan_sweep(
         interactions = interaction_count(graph)
     doomed: dict[str, _Rank] = {}
     check: list[str] = []  # doomed concepts a protection may rescue (the rest cannot be)
+    weak: list[EdgeKey] = []
     for start in range(0, len(node_ids), PLAN_CHUNK):
         with hold:
             for node_id in node_ids[start : start + PLAN_CHUNK]:
                 concept = graph.concept(node_id)
                 if concept is None:
                     continue
-                plan.weak_edges += _weak_edges_out(graph, node_id, now)
+                weak.extend(_weak_edges_out(graph, node_id, now))
                 if now - concept.created_at < settings.min_age_s:
                     plan.young += 1
                     continue
@@ -294,16 +324,18 @@ def plan_sweep(
             _settle(graph, capped, shown, held_by_cap, list(capped))
     plan.collect = [nid for nid in order if nid in capped]
     plan.deferred = [nid for nid in order if nid not in capped]
+    # an edge touching a collected concept goes with it (delete_concepts)
+    plan.drop_edges = [key for key in weak if key[0] not in capped and key[1] not in capped]
     return plan
 
 
-def _weak_edges_out(graph: SessionGraph, node_id: str, now: float) -> int:
-    """Edges out of a concept 0.2.2 would drop: CoOccurrence/Semantic, under 0.5, an hour old."""
-    return sum(
-        1
+def _weak_edges_out(graph: SessionGraph, node_id: str, now: float) -> list[EdgeKey]:
+    """A concept's weak edges out: CoOccurrence/Semantic, under 0.5, an hour old."""
+    return [
+        (edge.src, edge.dst, edge.edge_type)
         for edge in graph.edges_out(node_id, WEAK_EDGE_TYPES)
         if edge.weight < WEAK_EDGE_WEIGHT and now - edge.created_at >= WEAK_EDGE_AGE_S
-    )
+    ]
 
 
 def _has_dependents(graph: SessionGraph, concept: Concept) -> bool:
@@ -430,7 +462,7 @@ class SweepReport:
     collected_ids: tuple[str, ...] = ()
     kept: dict[str, int] = field(default_factory=dict)  # reason -> due concepts kept for it
     survivors_bumped: int = 0
-    weak_edges: int = 0
+    weak_edges: int = 0  # weak edges dropped (not those that went with a collected concept)
     duration_ms: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -487,10 +519,13 @@ def maybe_sweep(session: Session, now: float, settings: GcSettings) -> SweepRepo
 
 
 def sweep(session: Session, now: float, settings: GcSettings, trigger: Trigger) -> SweepReport:
-    """Run one sweep now: collect, bump survivors, store the clock. On the writer thread.
+    """Run one sweep now: collect, drop weak edges, bump survivors, store the clock. On the
+    writer thread.
 
-    A store failure while deleting propagates with nothing mirrored and the
-    clock unchanged, so the next call tries again; a failure writing survivor
+    Concepts go first, then weak edges, each deleted from the store and then
+    mirrored in the index. A store failure while deleting propagates with that
+    deletion not mirrored (concepts already collected stay collected) and the
+    clock unchanged, so the next call plans again; a failure writing survivor
     bumps keeps them owed.
     """
     if trigger not in TRIGGERS:
@@ -509,6 +544,11 @@ def sweep(session: Session, now: float, settings: GcSettings, trigger: Trigger) 
     if plan.collect:
         session.store.delete_concepts(session.name, plan.collect)
         index.remove_concepts(plan.collect)
+    dropped = 0
+    if plan.drop_edges:
+        dropped = session.store.delete_edges(session.name, plan.drop_edges)
+        for start in range(0, len(plan.drop_edges), PLAN_CHUNK):
+            index.remove_edges(plan.drop_edges[start : start + PLAN_CHUNK])
     spared_by_cap = set(plan.deferred)  # due, left only by the cap: they outlived nothing
     with index.lock:
         survivors = [nid for nid in index.graph.concept_ids() if nid not in spared_by_cap]
@@ -537,20 +577,21 @@ def sweep(session: Session, now: float, settings: GcSettings, trigger: Trigger) 
         collected_ids=tuple(plan.collect),
         kept=kept,
         survivors_bumped=bumped,
-        weak_edges=plan.weak_edges,
+        weak_edges=dropped,
         duration_ms=(time.perf_counter() - started) * 1000.0,
     )
     with state.lock:
         state.last = report
     log.info(
         "session %s: gc sweep (%s) collected %d, deferred %d (cap %d), kept %s, "
-        "survivor bumps written %d, owed %d, %.0f ms",
+        "dropped %d weak edges, survivor bumps written %d, owed %d, %.0f ms",
         session.name,
         trigger,
         report.collected,
         report.deferred,
         report.collection_cap,
         kept or "none",
+        report.weak_edges,
         bumped,
         report.survivors_deferred,
         report.duration_ms,

@@ -673,17 +673,196 @@ def test_concepts_deferred_by_the_cap_do_not_count_as_survivors(store: Store) ->
     assert concept is not None and concept.gc_survived == 0
 
 
-def test_weak_edges_are_counted_not_dropped(store: Store) -> None:
+# =====================================================================================
+# weak edges
+# =====================================================================================
+
+
+def edge_keys(session: Session) -> set[tuple[str, str, EdgeType]]:
+    """The session's edges in the store, checked equal to the index's."""
+    stored = {(e.src, e.dst, e.edge_type) for e in session.store.edges(session.name)}
+    graph = session.index.graph
+    assert {(e.src, e.dst, e.edge_type) for e in graph.iter_edges()} == stored
+    assert graph.edge_count == len(stored)
+    return stored
+
+
+def test_weak_edges_are_dropped_from_store_and_graph(store: Store) -> None:
     b = Builder(store)
     x = b.concept("x", ConceptType.CONSTRAINT)
     y = b.concept("y", ConceptType.CONSTRAINT)
-    b.edge(x, y, EdgeType.SEMANTIC, weight=0.3)  # weak, over an hour old at LATER
-    b.edge(y, x, EdgeType.COOCCURRENCE, weight=0.5)  # not under 0.5
-    b.edge(x, y, EdgeType.DEPENDENCY, weight=0.1)  # not a weak-edge type
+    z = b.concept("z", ConceptType.CONSTRAINT)
+    held = b.concept("held", ConceptType.CONSTRAINT, status=Status.CANONICAL)
+    b.derives([x, y, z, held])  # every concept keeps an edge: none is collected
+    weak_semantic = (x, y, EdgeType.SEMANTIC)
+    weak_cooccurrence = (y, z, EdgeType.COOCCURRENCE)
+    weak_on_held = (held, x, EdgeType.SEMANTIC)  # status protects concepts, not their edges
+    b.edge(x, y, EdgeType.SEMANTIC, weight=0.3)
+    b.edge(y, z, EdgeType.COOCCURRENCE, weight=0.2)
+    b.edge(held, x, EdgeType.SEMANTIC, weight=0.1)
+    kept = {
+        (x, z, EdgeType.SEMANTIC),  # 0.5 is not under 0.5
+        (z, x, EdgeType.SEMANTIC),  # reinforced: 0.3 + 1.0
+        (y, x, EdgeType.COOCCURRENCE),  # written under an hour before the sweep
+        (x, y, EdgeType.DEPENDENCY),  # not a weak-edge type
+        (z, y, EdgeType.CONTRADICTS),
+    }
+    b.edge(x, z, EdgeType.SEMANTIC, weight=0.5)
+    b.edge(z, x, EdgeType.SEMANTIC, weight=0.3)
+    b.edge(z, x, EdgeType.SEMANTIC, weight=0.3)
+    b.edge(y, x, EdgeType.COOCCURRENCE, weight=0.1, at=LATER - 60)
+    b.edge(x, y, EdgeType.DEPENDENCY, weight=0.1)
+    b.edge(z, y, EdgeType.CONTRADICTS, weight=0.1)
+    session = b.open()
+    derives = {k for k in edge_keys(session) if k[2] is EdgeType.DERIVES}
+    assert len(derives) == 4
+    report = sweep(session, LATER, settings_(), "mutations")
+    assert report.weak_edges == 3
+    assert report.collected == 0 and ids(session) == {x, y, z, held}
+    left = edge_keys(session)
+    assert left == kept | derives
+    assert not left & {weak_semantic, weak_cooccurrence, weak_on_held}
+    assert session.index.graph.edges_out(x, (EdgeType.SEMANTIC,))[0].dst == z
+    assert_no_dangling_edges(session)
+    # nothing weak is left: the next sweep drops nothing
+    assert sweep(session, LATER + 1, settings_(), "mutations").weak_edges == 0
+    # an hour on, the young one has come of age
+    again = sweep(session, LATER + 1 + HOUR, settings_(), "mutations")
+    assert again.weak_edges == 1
+    assert edge_keys(session) == (kept - {(y, x, EdgeType.COOCCURRENCE)}) | derives
+    # what the store holds now is what a fresh open sees
+    fresh = SessionGraph.load(store, b.name)
+    assert {(e.src, e.dst, e.edge_type) for e in fresh.iter_edges()} == edge_keys(session)
+
+
+def test_dropped_weak_edges_stay_dropped_after_a_reopen(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "gc.db")
+    b = Builder(store, "reopened")
+    x = b.concept("x", ConceptType.CONSTRAINT)
+    y = b.concept("y", ConceptType.CONSTRAINT)
+    b.derives([x, y])
+    b.edge(x, y, EdgeType.SEMANTIC, weight=0.3)
+    b.edge(y, x, EdgeType.COOCCURRENCE, weight=0.49)
+    b.edge(x, y, EdgeType.COOCCURRENCE, weight=0.9)
     session = b.open()
     report = sweep(session, LATER, settings_(), "mutations")
-    assert report.weak_edges == 1
-    assert len(list(store.edges(b.name))) == 3
+    assert report.weak_edges == 2
+    store.close()
+    again = SqliteStore(tmp_path / "gc.db")
+    try:
+        stored = {(e.src, e.dst, e.edge_type) for e in again.edges("reopened")}
+        assert {k for k in stored if k[2] is not EdgeType.DERIVES} == {
+            (x, y, EdgeType.COOCCURRENCE)
+        }
+        reopened = Session.open(
+            again, "reopened", EmbedderPlan(lazy=None, contract=None), clock=ManualClock(LATER)
+        )
+        graph = reopened.index.graph
+        assert graph.edge(x, y, EdgeType.SEMANTIC) is None
+        assert graph.edge(y, x, EdgeType.COOCCURRENCE) is None
+        assert graph.edge(x, y, EdgeType.COOCCURRENCE) is not None
+    finally:
+        again.close()
+
+
+def test_a_weak_edge_goes_with_its_collected_concept_and_is_not_counted(store: Store) -> None:
+    b = Builder(store)
+    hub = b.hub()
+    note = b.concept("a note nobody needs", ConceptType.OBSERVATION)
+    b.edge(note, hub, EdgeType.SEMANTIC, weight=0.3)  # weak, and its only edge
+    session = b.open()
+    report = sweep(session, LATER, settings_(), "mutations")
+    assert report.collected_ids == (note,)
+    assert report.weak_edges == 0
+    assert all(note not in (src, dst) for src, dst, _ in edge_keys(session))
+    assert_no_dangling_edges(session)
+
+
+def test_a_concept_a_dropped_edge_leaves_edgeless_goes_at_the_next_sweep(store: Store) -> None:
+    b = Builder(store)
+    anchor = b.concept("the anchor", ConceptType.CONSTRAINT)
+    b.derives([anchor])
+    loose = b.concept("only a weak link", ConceptType.CONSTRAINT)
+    held = b.concept("a canonical ruling", ConceptType.CONSTRAINT, status=Status.CANONICAL)
+    b.edge(loose, anchor, EdgeType.SEMANTIC, weight=0.3)
+    b.edge(anchor, held, EdgeType.COOCCURRENCE, weight=0.3)
+    session = b.open()
+    # a floor of 0: only the edgeless rule can collect (a Constraint never scores under 0)
+    s = settings_(score_floor=0.0)
+    first = sweep(session, LATER, s, "mutations")
+    # planned on the graph before the drop: neither was edgeless, so both survive this sweep
+    assert first.weak_edges == 2 and first.collected == 0 and first.kept == {}
+    graph = session.index.graph
+    assert not graph.edges_out(loose) and not graph.edges_in(loose)
+    for node in (loose, held):
+        concept = store.get_concept(b.name, node)
+        assert concept is not None and concept.gc_survived == 1
+    second = sweep(session, LATER + 1, s, "mutations")
+    assert second.collected_ids == (loose,)
+    assert second.kept == {KEPT_STATUS: 1}  # edgeless now, and kept for its status
+    assert ids(session) == {anchor, held}
+    assert_no_dangling_edges(session)
+
+
+def test_weak_edges_are_not_held_back_by_the_concept_cap(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lambo_core.gc as gc_module
+
+    b = Builder(store)
+    nodes = [b.concept(f"kept {i}", ConceptType.CONSTRAINT) for i in range(6)]
+    b.derives(nodes)
+    for src, dst in itertools.pairwise(nodes):
+        b.edge(src, dst, EdgeType.SEMANTIC, weight=0.2)
+    alone = [b.concept(f"alone {i}") for i in range(3)]
+    session = b.open()
+    holds = 0
+    real = session.index.remove_edges
+
+    def counted(edges: Any) -> int:
+        nonlocal holds
+        holds += 1
+        return real(edges)
+
+    monkeypatch.setattr(session.index, "remove_edges", counted)
+    monkeypatch.setattr(gc_module, "PLAN_CHUNK", 2)
+    report = sweep(session, LATER, settings_(per_sweep_cap=1), "mutations")
+    assert (report.collected, report.deferred, report.cap_bound) == (1, 2, True)
+    assert report.collected_ids[0] in alone
+    assert report.weak_edges == 5  # every weak edge, past the cap of 1
+    assert holds == 3  # mirrored 2 edges per hold of the index lock
+    assert {k[2] for k in edge_keys(session)} == {EdgeType.DERIVES}
+    assert_no_dangling_edges(session)
+
+
+def test_a_store_failure_dropping_edges_leaves_the_graph_and_the_clock(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lambo_core.errors import StoreError
+
+    b = Builder(store)
+    x = b.concept("x", ConceptType.CONSTRAINT)
+    y = b.concept("y", ConceptType.CONSTRAINT)
+    b.derives([x, y])
+    b.edge(x, y, EdgeType.SEMANTIC, weight=0.3)
+    gone = b.concept("alone")
+    session = b.open()
+    before = edge_keys(session)
+
+    def refuse(name: str, edges: Any) -> int:
+        raise StoreError("the store refused the write; the detail was logged")
+
+    monkeypatch.setattr(store, "delete_edges", refuse)
+    with pytest.raises(StoreError):
+        sweep(session, LATER, settings_(), "mutations")
+    monkeypatch.undo()
+    record = store.get_session(b.name)
+    assert record is not None and record.last_gc_at is None  # the clock did not move
+    assert gone not in ids(session)  # concepts go first, and stay gone
+    assert edge_keys(session) == before  # the graph still agrees with the store
+    report = sweep(session, LATER, settings_(), "mutations")
+    assert report.weak_edges == 1 and report.collected == 0
+    assert (x, y, EdgeType.SEMANTIC) not in edge_keys(session)
 
 
 def test_bump_gc_survived_in_the_store(store: Store) -> None:
@@ -902,6 +1081,22 @@ def check_sweep(store: Store, world: dict[str, Any]) -> None:
             assert shown.by in after
     # no edge left pointing at a collected concept, in the store or the index
     assert_no_dangling_edges(session)
+    # edges: those of collected concepts went with them, and every weak one of the rest
+    # (CoOccurrence/Semantic, under 0.5, at least an hour old) was dropped; nothing else
+    staying = {
+        (e.src, e.dst, e.edge_type): e
+        for e in before.iter_edges()
+        if e.src not in collected and e.dst not in collected
+    }
+    weak = {
+        key
+        for key, e in staying.items()
+        if e.edge_type in (EdgeType.COOCCURRENCE, EdgeType.SEMANTIC)
+        and e.weight < 0.5
+        and now - e.created_at >= HOUR
+    }
+    assert {(e.src, e.dst, e.edge_type) for e in store.edges(session.name)} == set(staying) - weak
+    assert report.weak_edges == len(weak)
     record_after = store.get_session(session.name)
     assert record_after is not None
     assert (record_after.last_gc_at, record_after.last_gc_epoch) == (now, record.mutation_count)

@@ -315,6 +315,61 @@ def test_remove_concept_removes_its_edges_both_ways() -> None:
     assert g.remove_concept("b") is None
 
 
+def test_remove_edge_removes_one_edge_both_ways() -> None:
+    g = chain_graph()
+    g.add_edge(edge("b", "f", DEP))  # same ends as the Semantic edge, another type
+    g.add_edge(edge("f", "b", EdgeType.SEMANTIC))  # the other way
+    count, before = g.edge_count, g.version
+    removed = g.remove_edge("b", "f", EdgeType.SEMANTIC)
+    assert removed is not None and (removed.src, removed.dst) == ("b", "f")
+    assert removed.edge_type is EdgeType.SEMANTIC
+    assert g.edge_count == count - 1 == sum(1 for _ in g.iter_edges())
+    assert g.version > before
+    assert g.edge("b", "f", EdgeType.SEMANTIC) is None
+    assert g.edges_out("b", [EdgeType.SEMANTIC]) == []
+    assert [e.src for e in g.edges_in("f", [EdgeType.SEMANTIC])] == []
+    # the others stay, and both ends are still concepts
+    assert g.edge("b", "f", DEP) is not None and g.edge("f", "b", EdgeType.SEMANTIC) is not None
+    assert "b" in g and "f" in g
+    assert [e.dst for e in g.edges_out("b")] == ["c", "f"]
+    # no empty inner dicts left behind
+    assert "b" not in g.adjacency_out(EdgeType.SEMANTIC)
+    assert "f" not in g.adjacency_in(EdgeType.SEMANTIC)
+    # gone already, or never there: nothing changes
+    version = g.version
+    assert g.remove_edge("b", "f", EdgeType.SEMANTIC) is None
+    assert g.remove_edge("a", "d", DEP) is None
+    assert g.remove_edge("missing", "b", DEP) is None
+    assert (g.edge_count, g.version) == (count - 1, version)
+
+
+def test_remove_edge_keeps_the_rest_of_a_nodes_adjacency() -> None:
+    g = graph_with("x", "a", "b")
+    g.add_edge(edge("a", "x", DEP))
+    g.add_edge(edge("b", "x", DEP))
+    g.add_edge(edge("x", "a", HIER))
+    assert g.remove_edge("a", "x", DEP) is not None
+    assert g.dependents("x") == ["b", "a"]  # b cites x, a is still its child
+    assert g.adjacency_in(DEP)["x"] == {"b": g.edge("b", "x", DEP)}
+    assert g.remove_edge("b", "x", DEP) is not None
+    assert "x" not in g.adjacency_in(DEP) and "a" not in g.adjacency_out(DEP)
+    assert g.dependents("x") == ["a"]
+    assert g.remove_edge("x", "a", HIER) is not None
+    assert g.edge_count == 0 and list(g.iter_edges()) == []
+    assert g.dependents("x") == [] and g.expand(["x"], 3, list(EdgeType)) == {"x": 0}
+    # the same edge can be written again, as new
+    g.add_edge(edge("a", "x", DEP, weight=0.4))
+    assert g.edge_count == 1 and g.edge("a", "x", DEP) is not None
+    assert g.dependents("x") == ["a"]
+
+
+def test_remove_edge_keeps_a_derives_interaction_known() -> None:
+    g = graph_with("a")
+    g.add_edge(Edge(S, "call-1", "a", EdgeType.DERIVES, 1.0, "call-1", "a", 1.0, 1.0))
+    assert g.remove_edge("call-1", "a", EdgeType.DERIVES) is not None
+    assert g.is_interaction("call-1") and g.edge_count == 0
+
+
 def test_set_status_and_version() -> None:
     g = graph_with("a")
     v = g.version
@@ -408,3 +463,31 @@ def test_edge_stamp_moves_for_the_peers_of_a_removed_concept_and_on_a_reload() -
     assert g.edge_stamp("b") != b and g.edge_stamp("c") == c
     g.load_edges([edge("c", "b", HIER)])
     assert g.edge_stamp("c") != c  # a bulk load may touch any concept
+
+
+def test_edge_stamp_moves_for_both_ends_of_a_removed_edge_only() -> None:
+    g = graph_with("a", "b", "c")
+    g.add_edge(edge("a", "b", EdgeType.SEMANTIC))
+    g.add_edge(edge("b", "c", DEP))
+    before = {n: g.edge_stamp(n) for n in "abc"}
+    g.remove_edge("a", "b", EdgeType.SEMANTIC)
+    after = {n: g.edge_stamp(n) for n in "abc"}
+    assert after["a"] != before["a"] and after["b"] != before["b"]
+    assert after["c"] == before["c"]
+    g.remove_edge("a", "b", EdgeType.SEMANTIC)  # nothing removed: nothing moves
+    assert {n: g.edge_stamp(n) for n in "abc"} == after
+
+
+def test_a_cached_edge_summary_follows_a_removed_edge() -> None:
+    from lambo_core.scoring import EdgeView
+
+    g = graph_with("a", "b", "c")
+    g.add_edge(edge("a", "b", EdgeType.SEMANTIC))
+    g.add_edge(edge("c", "b", DEP))
+    view = EdgeView(g)
+    assert view.summary("a")[0] == 1 and view.summary("b")[0] == 2  # both summaries cached
+    had = view.summary("b")
+    g.remove_edge("a", "b", EdgeType.SEMANTIC)
+    assert view.summary("a") == EdgeView(g).summary("a")
+    assert view.summary("a")[0] == 0  # edgeless now
+    assert view.summary("b") == EdgeView(g).summary("b") != had

@@ -452,6 +452,86 @@ def test_delete_is_session_scoped(store: Store) -> None:
     assert store.get_concept(S, c.id) is not None
 
 
+def test_delete_edges_deletes_exactly_the_named_ones(store: Store) -> None:
+    call = interaction()
+    a, b, c = concept("alpha one"), concept("alpha two"), concept("gamma three")
+    store.apply(
+        WriteBatch(
+            session=S,
+            interaction=call,
+            concepts=[a, b, c],
+            edges=[
+                edge(a.id, b.id, EdgeType.SEMANTIC, weight=0.3),
+                edge(a.id, b.id, EdgeType.DEPENDENCY),  # same ends, another type: kept
+                edge(b.id, a.id, EdgeType.SEMANTIC),  # the other way: kept
+                edge(b.id, c.id, EdgeType.COOCCURRENCE),
+                edge(call.id, c.id, EdgeType.DERIVES),
+            ],
+        )
+    )
+    record = store.get_session(S)
+    assert record is not None
+    mutations = record.mutation_count
+    deleted = store.delete_edges(
+        S,
+        [
+            (a.id, b.id, EdgeType.SEMANTIC),
+            (b.id, c.id, EdgeType.COOCCURRENCE),
+            (a.id, b.id, EdgeType.SEMANTIC),  # named twice: counted once
+            (c.id, a.id, EdgeType.SEMANTIC),  # no such edge
+            (new_id(), b.id, EdgeType.SEMANTIC),  # no such concept
+        ],
+    )
+    assert deleted == 2
+    assert [(e.src, e.dst, e.edge_type) for e in store.edges(S)] == [
+        (a.id, b.id, EdgeType.DEPENDENCY),
+        (b.id, a.id, EdgeType.SEMANTIC),
+        (call.id, c.id, EdgeType.DERIVES),
+    ]
+    assert [x.id for x in store.concepts(S)] == [a.id, b.id, c.id]  # the ends stay
+    assert {i.id for i in store.interactions(S)} == {call.id}
+    assert store.delete_edges(S, iter([(call.id, c.id, EdgeType.DERIVES)])) == 1
+    assert store.delete_edges(S, [(a.id, b.id, EdgeType.SEMANTIC)]) == 0  # already gone
+    assert store.delete_edges(S, []) == 0
+    record = store.get_session(S)
+    assert record is not None and record.mutation_count == mutations
+    # a deleted edge written again starts afresh, at its own weight
+    write(store, edges=(edge(a.id, b.id, EdgeType.SEMANTIC, weight=0.3),))
+    weights = {(e.src, e.dst, e.edge_type): e.weight for e in store.edges(S)}
+    assert weights[(a.id, b.id, EdgeType.SEMANTIC)] == pytest.approx(0.3)
+
+
+def test_delete_edges_is_session_scoped(store: Store) -> None:
+    store.ensure_session("other", T0)
+    a, b = concept("alpha one"), concept("alpha two")
+    x, y = concept("x one", session="other"), concept("y two", session="other")
+    write(store, a, b, edges=(edge(a.id, b.id, EdgeType.SEMANTIC),))
+    write(store, x, y, edges=(edge(x.id, y.id, EdgeType.SEMANTIC, session="other"),))
+    assert store.delete_edges("other", [(a.id, b.id, EdgeType.SEMANTIC)]) == 0
+    assert store.delete_edges("nobody", [(a.id, b.id, EdgeType.SEMANTIC)]) == 0
+    assert [(e.src, e.dst) for e in store.edges(S)] == [(a.id, b.id)]
+    assert store.delete_edges(S, [(a.id, b.id, EdgeType.SEMANTIC)]) == 1
+    assert list(store.edges(S)) == []
+    assert [(e.src, e.dst) for e in store.edges("other")] == [(x.id, y.id)]
+
+
+def test_delete_edges_survive_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "db" / "lambo.db"
+    opened = SqliteStore(path)
+    opened.ensure_session(S, T0)
+    a, b = concept("alpha one"), concept("alpha two")
+    write(opened, a, b, edges=(edge(a.id, b.id, EdgeType.SEMANTIC), edge(b.id, a.id)))
+    assert opened.delete_edges(S, [(a.id, b.id, EdgeType.SEMANTIC)]) == 1
+    opened.close()
+    again = SqliteStore(path)
+    try:
+        assert [(e.src, e.dst, e.edge_type) for e in again.edges(S)] == [
+            (b.id, a.id, EdgeType.DEPENDENCY)
+        ]
+    finally:
+        again.close()
+
+
 # -- keyword search --------------------------------------------------------------------
 
 

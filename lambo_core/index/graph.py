@@ -268,6 +268,32 @@ class SessionGraph:
         self.version += 1
         return concept
 
+    def remove_edge(self, src: str, dst: str, edge_type: EdgeType) -> Edge | None:
+        """Drop one edge, both ways; its ends stay. Returns the edge removed, or None.
+
+        Inner dicts left empty are dropped, so adjacency lookups read "no edges"
+        the same way as for a node that never had any. An interaction a Derives
+        edge named stays known (the store keeps the interaction).
+        """
+        out, inn = self._out[edge_type], self._in[edge_type]
+        by_src = out.get(src)
+        if by_src is None:
+            return None
+        removed = by_src.pop(dst, None)
+        if removed is None:
+            return None
+        if not by_src:
+            del out[src]
+        by_dst = inn.get(dst)
+        if by_dst is not None:
+            by_dst.pop(src, None)
+            if not by_dst:
+                del inn[dst]
+        self._edge_count -= 1
+        self._stamp(src, dst)
+        self.version += 1
+        return removed
+
     def _stamp(self, *node_ids: str) -> None:
         self._stamp_clock += 1
         for node_id in node_ids:

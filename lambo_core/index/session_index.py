@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..model import Vector, WriteBatch
+from ..model import EdgeType, Vector, WriteBatch
 from ..store.base import KeywordIndex, Store
 from .graph import SessionGraph
 from .vectors import VectorMatrix, capacity_for
@@ -223,6 +223,18 @@ class SessionIndex:
                 matrix.add_many(list(rows), np.stack(list(rows.values())))
             for edge in batch.edges:
                 self.graph.add_edge(edge)
+
+    def remove_edges(self, edges: Iterable[tuple[str, str, EdgeType]]) -> int:
+        """Drop edges (src, dst, edge_type) the store has deleted; how many the graph held.
+
+        Their ends stay, with their vectors. One hold of the lock for the lot.
+        """
+        removed = 0
+        with self.lock:
+            for src, dst, edge_type in edges:
+                if self.graph.remove_edge(src, dst, edge_type) is not None:
+                    removed += 1
+        return removed
 
     def remove_concepts(self, node_ids: Iterable[str]) -> None:
         """Drop concepts (and their edges and vectors) the store has deleted."""

@@ -25,6 +25,7 @@ from ..model import (
     CanonizationEvent,
     Concept,
     Edge,
+    EdgeType,
     Interaction,
     Lease,
     SessionRecord,
@@ -74,6 +75,14 @@ class Store(Protocol):
     def interactions(self, session: str) -> Iterator[Interaction]: ...
 
     def delete_concepts(self, session: str, node_ids: Iterable[str]) -> None: ...
+
+    def delete_edges(self, session: str, edges: Iterable[tuple[str, str, EdgeType]]) -> int:
+        """Delete the session's edges named by (src, dst, edge_type), in one transaction.
+
+        Returns how many were deleted: a key naming no edge of the session
+        counts 0, a key named twice counts once. Concepts are left as they are.
+        """
+        ...
 
     def set_status(self, session: str, node_id: str, status: Status) -> None: ...
 

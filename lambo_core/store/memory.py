@@ -248,6 +248,15 @@ class MemoryStore:
                 if e.src not in doomed and e.dst not in doomed
             }
 
+    def delete_edges(self, session: str, edges: Iterable[tuple[str, str, EdgeType]]) -> int:
+        """Delete edges by (src, dst, edge_type); how many were deleted."""
+        keys = [(src, dst, EdgeType(kind)) for src, dst, kind in edges]  # all checked first
+        with self._lock:
+            state = self._sessions.get(session)
+            if state is None:
+                return 0
+            return sum(1 for key in keys if state.edges.pop(key, None) is not None)
+
     def set_status(self, session: str, node_id: str, status: Status) -> None:
         """A no-op for a concept no longer there (collected meanwhile)."""
         with self._lock:

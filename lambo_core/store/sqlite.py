@@ -377,6 +377,22 @@ class SqliteStore:
                     (session, *chunk),
                 )
 
+    def delete_edges(self, session: str, edges: Iterable[tuple[str, str, EdgeType]]) -> int:
+        """Delete edges by (src, dst, edge_type) in one transaction; how many were deleted."""
+        keys = list(dict.fromkeys((src, dst, EdgeType(kind).value) for src, dst, kind in edges))
+        if not keys:
+            return 0
+        deleted = 0
+        with self._write() as conn:
+            # one statement per key: each is a lookup on the (session, src, dst, edge_type) key
+            for src, dst, kind in keys:
+                cur = conn.execute(
+                    "DELETE FROM edges WHERE session = ? AND src = ? AND dst = ? AND edge_type = ?",
+                    (session, src, dst, kind),
+                )
+                deleted += cur.rowcount
+        return deleted
+
     def set_status(self, session: str, node_id: str, status: Status) -> None:
         """A no-op for a concept no longer there (collected meanwhile)."""
         with self._write() as conn:
