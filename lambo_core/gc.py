@@ -112,7 +112,6 @@ import logging
 import math
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -121,6 +120,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, is_contradicted
 from .errors import LamboError
 from .model import Concept, ConceptType, Edge, EdgeType, Status
+from .owned import PerOwner
 from .scoring import (
     ACCESS_COUNTS,
     EdgeSummary,
@@ -486,16 +486,11 @@ class _GcState:
         self.owed: dict[str, int] = {}  # gc_survived increments not yet written
 
 
-_STATES: weakref.WeakKeyDictionary[Session, _GcState] = weakref.WeakKeyDictionary()
-_STATES_LOCK = threading.Lock()
+_STATES: PerOwner[Session, _GcState] = PerOwner(_GcState)
 
 
 def _state(session: Session) -> _GcState:
-    with _STATES_LOCK:
-        state = _STATES.get(session)
-        if state is None:
-            state = _STATES[session] = _GcState()
-        return state
+    return _STATES.get(session)
 
 
 def maybe_sweep(session: Session, now: float, settings: GcSettings) -> SweepReport | None:
