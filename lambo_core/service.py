@@ -96,9 +96,10 @@ class MemoryService:
         self.config = config
         self.daemon = daemon  # the session's background cycles; None: none runs here
         self._recall_defaults = RecallDefaults.from_config(config)
-        self._edge_min_age = float(config.get("canonization.edge_min_age_s"))
-        self._policy = str(config.get("canonization.promotion_policy")).capitalize()
+        # [canonization], read once: the daemon's rules when one runs here
         self._canon_rules = daemon.rules if daemon is not None else CanonRules.from_config(config)
+        self._edge_min_age = self._canon_rules.edge_min_age_s
+        self._policy = self._canon_rules.policy.capitalize()
         self.locks = LockTable(session.clock)  # advisory, in RAM: gone with the hub
         self._handlers: dict[str, Handler] = {
             "lambo_recall": self._recall,
