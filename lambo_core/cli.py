@@ -203,7 +203,7 @@ def session_options(fn: F) -> F:
     fn = click.option("--json", "as_json", is_flag=True, help="print the structured content")(fn)
     fn = store_option(fn)
     fn = click.option(
-        "--agent", default="lambo-cli", show_default=True, help="the agent_id the call is made as"
+        "--agent", default="cli", show_default=True, help="the agent_id the call is made as"
     )(fn)
     return click.option("--session", required=True, help="the session to use")(fn)
 
