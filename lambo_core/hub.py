@@ -6,7 +6,11 @@ per-user socket directory. Every later serve of the same session and store
 forwards each tool call over that socket (``Forwarder``). ``SessionHub`` is the
 small state machine a serve runs: it elects itself hub or forwarder, answers a
 call whose hub vanished with a clear error, and then takes the lease over and
-becomes the hub itself.
+becomes the hub itself. A forwarder takes the lease over only when a call
+needs it (the one that found the hub gone, or the next): becoming the hub
+opens the session and starts loading the model, and a serve must let a model
+load finish before it exits, so a forwarder whose client leaves right after
+its hub died would otherwise stay up for that load.
 
 Socket directory (spec, "More than one client on one machine"):
 ``$XDG_RUNTIME_DIR/lambo``, else ``/tmp/lambo-<uid>``, never TMPDIR. It must be
@@ -874,6 +878,15 @@ class SessionHub:
     loses its lease stops (``on_stop_hub``) and elects again. ``close`` stops
     the hub (``on_stop_hub`` runs before the lease is released, so the serve
     flushes while it still holds the session).
+
+    Taking the lease is on demand once this serve has settled: while starting
+    it takes a free lease at once, but after it has forwarded (or lost its
+    lease) it looks only for a published hub until a call asks for memory. A
+    connection that merely drops (the hub died or closed, no call waiting)
+    does not take the session over, so a serve whose client leaves next
+    closes at once instead of opening the session and waiting out a model
+    load. ``close`` never abandons a takeover in progress: it lets it finish
+    and then stops the hub, so no half-opened service is left running.
     """
 
     def __init__(
@@ -916,6 +929,12 @@ class SessionHub:
         self._settled = asyncio.Event()
         self._waiting_logged = False
         self._background: set[asyncio.Task[None]] = set()
+        #: whether the election may take the lease (see the class docstring)
+        self._want_lease = True
+        #: set while the election takes the lease and opens the hub; ``close`` waits it out
+        self._taking_over = False
+        #: wakes the election loop early when a call asks for the session
+        self._wake = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -935,11 +954,19 @@ class SessionHub:
     async def close(self) -> None:
         self.role = "closed"
         self._settled.set()
+        self._wake.set()
         for task in (self._election, self._watch):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            if task is None:
+                continue
+            if task is self._election and self._taking_over:
+                # Cancelling would abandon the worker thread opening the service (and the
+                # model load it starts) unstopped; let it finish, _stop_hub below stops it.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(task)
+                continue
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if self._forwarder is not None:
             await self._forwarder.close()
             self._forwarder = None
@@ -954,6 +981,7 @@ class SessionHub:
     ) -> dict[str, Any]:
         """Answer one tool call: locally as the hub, else through the hub."""
         if self.role not in ("hub", "forwarder"):
+            self._ask_for_lease()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settle_wait):
                     await self._settled.wait()
@@ -966,7 +994,14 @@ class SessionHub:
             except HubGone as exc:
                 log.warning("hub: a forwarded %s found no hub: %s", tool, exc)
                 self._hub_gone(forwarder)
+                self._ask_for_lease()
         return hub_gone_result()
+
+    def _ask_for_lease(self) -> None:
+        """A call needs memory and no hub answers: let the election take the lease."""
+        if self.role in ("electing", "starting"):
+            self._want_lease = True
+            self._wake.set()
 
     # -- the election ------------------------------------------------------------------
 
@@ -983,10 +1018,18 @@ class SessionHub:
         """One attempt: True when this serve is now the hub or a connected forwarder."""
         if self.role == "closed":
             return True
-        lease = await asyncio.to_thread(self.keeper.try_acquire)
-        if lease is not None:
-            await self._become_hub()
-            return True
+        if self._want_lease:
+            self._taking_over = True
+            try:
+                lease = await asyncio.to_thread(self.keeper.try_acquire)
+                if lease is not None:
+                    if self.closed:  # closed meanwhile: give the lease back unused
+                        await asyncio.to_thread(self.keeper.release)
+                        return True
+                    await self._become_hub()
+                    return True
+            finally:
+                self._taking_over = False
         forwarder = Forwarder(self._candidates)
         try:
             path = await forwarder.connect()
@@ -1001,11 +1044,14 @@ class SessionHub:
                     else holder_description(current, now)
                 )
                 log.warning(
-                    "hub: no holder of session %r answers (%s); lease held by %s; "
-                    "waiting for a holder to answer or for the lease to come free",
+                    "hub: no holder of session %r answers (%s); lease held by %s; %s",
                     self.session,
                     exc,
                     held,
+                    "waiting for a holder to answer or for the lease to come free"
+                    if self._want_lease
+                    else "waiting for a holder to answer; this serve takes the session "
+                    "over when a call needs it",
                 )
             return False
         if self.closed:
@@ -1013,6 +1059,7 @@ class SessionHub:
             return True
         forwarder._on_drop = lambda: self._hub_gone(forwarder)
         self._forwarder, self.socket, self.role = forwarder, path, "forwarder"
+        self._want_lease = False  # settled: from now on the lease is taken only on demand
         self._waiting_logged = False
         self._settled.set()
         log.info("hub: forwarding session %r to %s", self.session, path)
@@ -1028,6 +1075,7 @@ class SessionHub:
     async def _elect_until_settled(self) -> None:
         backoff = self.poll
         while self.role == "electing":
+            self._wake.clear()
             try:
                 if await self._elect():
                     return
@@ -1038,7 +1086,10 @@ class SessionHub:
             except Exception:
                 log.exception("hub: electing a holder for session %r failed", self.session)
                 backoff = min(backoff * 2, 5.0)
-            await asyncio.sleep(backoff)
+            # a call asking for the session cuts the wait short
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._wake.wait()
 
     def _hub_gone(self, forwarder: Forwarder) -> None:
         if self._forwarder is not forwarder:
@@ -1074,6 +1125,9 @@ class SessionHub:
                 )
             else:
                 self._server, self.socket = server, self._own_path
+        self._want_lease = False
+        if self.role == "closed":
+            return  # closed while becoming the hub: close() stops it next
         self.role = "hub"
         self._settled.set()
         self._watch = asyncio.create_task(self._watch_lease())

@@ -3,7 +3,8 @@
 The first serve of a session and store takes the session lease and is its hub:
 the only writer, the only process that loads the embedding model. Every later
 serve forwards each tool call to the hub over a private Unix socket; if the
-hub dies, a forwarder takes the lease over and becomes the hub (``hub.py``).
+hub dies, a forwarder takes the lease over and becomes the hub as soon as a
+call needs it (``hub.py``), so one whose client is leaving exits at once.
 
 The handshake and ``tools/list`` answer at once: the election, opening the
 session and loading the model all run in the background, and a tool call

@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -651,9 +652,18 @@ def test_forwarder_takes_over_after_the_hub_closes(runtime: Path, db: Path) -> N
             assert (await one.call("t", {}))["structuredContent"]["who"] == "one"
             await one.close()
             assert stopped
-            # the forwarder noticed the drop and takes the freed lease at once
-            await eventually(lambda: two.role == "hub", within=2.0)
+            # the forwarder noticed the drop, but takes the freed lease only when a call
+            # needs it (a client leaving now must not wait for a session to open)
+            await eventually(lambda: two.role == "electing", within=2.0)
+            await asyncio.sleep(0.3)
+            assert two.role == "electing"
+            freed = s2.get_lease("s")
+            assert freed is not None and freed.holder == one.keeper.holder
+            assert freed.expires_at <= time.time()
+            # the next call takes it over and is answered by the new hub
+            asked = time.monotonic()
             assert (await two.call("t", {}))["structuredContent"]["who"] == "two"
+            assert two.role == "hub" and time.monotonic() - asked < 2.0
             lease = s2.get_lease("s")
             assert lease is not None and lease.holder == two.keeper.holder and lease.token == 2
         finally:
@@ -855,3 +865,107 @@ def test_a_serve_started_before_the_holder_published_forwards_once_it_does(
             holder.release()
 
     run(main)
+
+
+def _spawn_holder(runtime: Path, db: Path, sock: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_RUNTIME_DIR=str(runtime))
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db), "s", str(sock)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def test_a_forwarder_whose_hub_died_closes_at_once_without_taking_over(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    """No call asks for memory after the hub died: the forwarder neither takes the lease
+    nor opens the session, so closing it (its client left) does not wait on either."""
+    sock = own_socket(runtime, db)
+    proc = _spawn_holder(runtime, db, sock)
+    became: list[int | None] = []
+
+    async def on_become_hub(keeper: LeaseKeeper) -> Handler:
+        became.append(keeper.token)
+        return named("new")
+
+    async def main() -> None:
+        assert proc.stdout is not None
+        assert (await asyncio.to_thread(proc.stdout.readline)).strip() == "ready"
+        serve = SessionHub(store, "s", db, "forwarder", on_become_hub)
+        assert await serve.start() == "forwarder"
+        os.kill(proc.pid, signal.SIGKILL)
+        await eventually(lambda: serve.role == "electing")
+        await asyncio.sleep(0.3)  # several election rounds
+        assert serve.role == "electing" and became == []
+        started = time.monotonic()
+        await serve.close()
+        took = time.monotonic() - started
+        print(f"forwarder closed {took:.3f} s after its client left")
+        assert took < 1.0
+
+    try:
+        run(main)
+        lease = store.get_lease("s")
+        assert lease is not None and lease.pid == proc.pid  # still the dead holder's
+    finally:
+        _reap(proc)
+
+
+def test_closing_during_a_takeover_stops_what_the_takeover_opened(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    """A call started the takeover and the client left while the hub's service was
+    opening (in a worker thread): close waits for it and stops it, never abandons it."""
+    sock = own_socket(runtime, db)
+    proc = _spawn_holder(runtime, db, sock)
+    opened: list[str] = []
+    stopped: list[str] = []
+    opening = threading.Event()
+
+    def open_slowly() -> None:
+        opening.set()
+        time.sleep(0.5)
+        opened.append("service")
+
+    async def on_become_hub(keeper: LeaseKeeper) -> Handler:
+        await asyncio.to_thread(open_slowly)
+        return named("new")
+
+    async def on_stop_hub() -> None:
+        stopped.append("service")
+
+    async def main() -> None:
+        assert proc.stdout is not None
+        assert (await asyncio.to_thread(proc.stdout.readline)).strip() == "ready"
+        serve = SessionHub(
+            store, "s", db, "forwarder", on_become_hub, on_stop_hub=on_stop_hub, settle_wait=0.1
+        )
+        assert await serve.start() == "forwarder"
+        os.kill(proc.pid, signal.SIGKILL)
+        await eventually(lambda: serve.role == "electing")
+        # the call asks for the session: the takeover starts, the call gets the clear error
+        assert await serve.call("t", {}) == hub_gone_result()
+        await eventually(opening.is_set)
+        await serve.close()
+        await asyncio.sleep(0.6)  # an abandoned opening would finish only now
+        assert opened == ["service"] and stopped == ["service"]
+        assert serve.role == "closed"
+
+    try:
+        run(main)
+        lease = store.get_lease("s")
+        assert lease is not None and lease.pid == os.getpid()  # taken over, then released
+        assert lease.expires_at <= time.time()
+        assert not sock.exists()
+    finally:
+        _reap(proc)
