@@ -23,6 +23,9 @@ class ErrorKind(enum.Enum):
     CONFLICT = "conflict"
     INTERNAL = "internal error"
     FORBIDDEN = "forbidden"
+    #: `lambo model pull` only (no tool raises it): the hub could not be reached, or a
+    #: transfer failed or did not verify
+    DOWNLOAD = "download error"
 
 
 class LamboError(Exception):
@@ -86,6 +89,17 @@ class ForbiddenError(LamboError):
     """Asking for something scoped to another agent or session (a receipt)."""
 
     kind = ErrorKind.FORBIDDEN
+
+
+class DownloadError(LamboError):
+    """A model download that could not be made or did not verify: the hub unreachable, an
+    HTTP error status, a cut transfer, a size or checksum mismatch. Nothing was installed.
+
+    Raised by `lambo model pull` only; a tool never raises it (the spec's error classes
+    for tools are unchanged). A hub URL or model name that is wrong is a ``ConfigError``.
+    """
+
+    kind = ErrorKind.DOWNLOAD
 
 
 def internal_fault(detail: str) -> InternalError:

@@ -321,13 +321,16 @@ class FakeHub:
 
     ``cut_once`` paths are cut half way the first time they are served;
     ``corrupt`` paths are served with one byte changed (the listing keeps the
-    true checksum); ``requests`` records (path, Range header) of every GET.
+    true checksum); ``status`` answers every GET whose path contains a key
+    with that HTTP status instead; ``requests`` records (path, Range header)
+    of every GET.
     """
 
     repos: dict[str, tuple[str, dict[str, HubFile]]] = field(default_factory=dict)
     cut_once: set[str] = field(default_factory=set)
     corrupt: set[str] = field(default_factory=set)
     lie_size: dict[str, int] = field(default_factory=dict)
+    status: dict[str, int] = field(default_factory=dict)
     requests: list[tuple[str, str | None]] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
     _thread: threading.Thread | None = None
@@ -376,6 +379,10 @@ class FakeHub:
 
             def do_GET(self) -> None:
                 hub.requests.append((self.path, self.headers.get("Range")))
+                failing = next((c for k, c in hub.status.items() if k in self.path), None)
+                if failing is not None:
+                    self._send(failing, b'{"error":"injected"}')
+                    return
                 api = re.fullmatch(
                     r"/api/models/([^/]+/[^/]+)/revision/([^/?]+)\?blobs=true", self.path
                 )

@@ -129,3 +129,28 @@ def test_provision_refuses_a_file_that_is_not_a_store(tmp_path: Path) -> None:
     # The operator's log line carries the driver's reason; the refusal itself does not.
     assert out.stderr.splitlines()[-1] == "lambo: store error: the store file could not be opened"
     assert "Traceback" not in out.stderr
+
+
+def test_a_failed_model_pull_reads_as_a_download_error(lambo_home: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = run("model", "pull", "bge-m3", env={"LAMBO_HUB_URL": f"http://127.0.0.1:{port}"})
+    assert out.returncode == 1  # a run-time failure, not a bad setting
+    last = out.stderr.splitlines()[-1]
+    assert last.startswith(
+        f"lambo: download error: could not reach the hub at http://127.0.0.1:{port} "
+        "(connection refused), so nothing was downloaded; check the network and "
+        "`[embedder] hub_url` (LAMBO_HUB_URL)"
+    )
+    assert last.endswith("`lambo model import DIR --name bge-m3`")
+    assert "store error" not in out.stderr
+    assert "Traceback" not in out.stderr
+    # a hub URL that is not one is the setting's fault: a configuration error, exit 2
+    out = run("model", "pull", "bge-m3", env={"LAMBO_HUB_URL": "ftp://example.org"})
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1] == (
+        "lambo: configuration error: embedder.hub_url must start with http:// or https://"
+    )

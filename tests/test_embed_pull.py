@@ -29,7 +29,7 @@ from lambo_core.embed.pull import (
     pull_model,
     verify_model,
 )
-from lambo_core.errors import ParameterError
+from lambo_core.errors import ConfigError, DownloadError, ErrorKind, ParameterError
 from tests.embed_fixtures import FakeHub, HubFile, minilm_source_dir, tiny_bge_m3, unit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -141,11 +141,20 @@ def test_a_checksum_mismatch_installs_nothing_and_says_why(
     hub.corrupt.add("onnx/model_quantized.onnx")
     with pytest.raises(ModelFetchError) as caught:
         pull_model("tiny", models, base, progress=False, catalog=catalog)
+    assert isinstance(caught.value, DownloadError)
+    assert caught.value.kind is ErrorKind.DOWNLOAD
     text = caught.value.render()
-    assert text.startswith("store error: model.onnx (acme/tiny-onnx/onnx/model_quantized.onnx)")
-    assert "checksum mismatch, its sha256 is" in text
+    assert text.startswith(
+        "download error: model.onnx (acme/tiny-onnx/onnx/model_quantized.onnx): checksum "
+        "mismatch, its sha256 is "
+    )
     assert "the download was deleted and nothing was installed" in text
-    assert str(tmp_path) not in text
+    # the next step: again, then suspect what sits between here and the hub, or go offline
+    assert "run `lambo model pull tiny` again; if it fails the same way" in text
+    assert "`[embedder] hub_url`" in text
+    assert "`lambo model import DIR --name tiny`" in text
+    assert "store error" not in text
+    assert str(tmp_path) not in text and ".part" not in text
     assert not (models / "tiny").exists()
     assert not list((models / ".pull-tiny").glob("*.part"))  # the bad bytes are gone
 
@@ -226,17 +235,93 @@ def test_the_progress_bar_redraws_on_a_terminal() -> None:
 def test_hub_errors_are_clear(
     served: tuple[str, dict[str, CatalogModel], bytes], tmp_path: Path
 ) -> None:
+    """A hub that answers but does not hold the model, a model name not in the catalog, a
+    hub URL that is not one: the settings are wrong, which is a configuration error."""
     base, catalog, _ = served
     missing = {"tiny": _entry(tokenizer_repo="acme/nope")}
-    with pytest.raises(ModelFetchError, match=r"has no model acme/nope at revision .* 404"):
+    with pytest.raises(ConfigError, match=r"has no model acme/nope at revision .* 404") as wrong:
         pull_model("tiny", tmp_path / "m", base, progress=False, catalog=missing)
+    text = wrong.value.render()
+    assert text.startswith(f"configuration error: the hub at {base} has no model acme/nope")
+    assert "check that `[embedder] hub_url` (LAMBO_HUB_URL) names a Hugging Face hub" in text
+    assert "`lambo model import DIR --name tiny`" in text
     with pytest.raises(ParameterError, match="no catalog model is called nosuch"):
         pull_model("nosuch", tmp_path / "m", base, progress=False, catalog=catalog)
+    with pytest.raises(ConfigError, match=r"embedder\.hub_url must start with http"):
+        pull_model("tiny", tmp_path / "m", "ftp://example.org", catalog=catalog)
+
+
+def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with pytest.raises(ModelFetchError, match="could not reach the hub"):
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_hub_is_a_download_error_naming_the_next_step(
+    served: tuple[str, dict[str, CatalogModel], bytes], tmp_path: Path
+) -> None:
+    _, catalog, _ = served
+    port = _closed_port()
+    with pytest.raises(ModelFetchError) as caught:
         pull_model("tiny", tmp_path / "m", f"http://127.0.0.1:{port}", catalog=catalog)
+    err = caught.value
+    assert isinstance(err, DownloadError) and err.kind is ErrorKind.DOWNLOAD
+    text = err.render()
+    assert text == (
+        f"download error: could not reach the hub at http://127.0.0.1:{port} (connection "
+        "refused), so nothing was downloaded; check the network and `[embedder] hub_url` "
+        "(LAMBO_HUB_URL), then run `lambo model pull tiny` again, or install a local copy "
+        "offline with `lambo model import DIR --name tiny`"
+    )
+    assert "Errno" not in text
+    assert "ConnectionRefusedError" in (err.detail or "")  # logged, not shown
+    assert not (tmp_path / "m" / "tiny").exists()
+    # a password in the URL is never echoed
+    with pytest.raises(ModelFetchError) as caught:
+        pull_model("tiny", tmp_path / "m", f"http://me:s3cret@127.0.0.1:{port}", catalog=catalog)
+    assert caught.value.render().startswith("download error: could not reach the hub at http")
+    assert "s3cret" not in caught.value.render()
+
+
+def test_an_http_error_status_is_a_download_error(
+    served: tuple[str, dict[str, CatalogModel], bytes], hub: FakeHub, tmp_path: Path
+) -> None:
+    base, catalog, _ = served
+    # the listing
+    hub.status["/api/models/acme/tok/"] = 502
+    with pytest.raises(ModelFetchError) as caught:
+        pull_model("tiny", tmp_path / "m", base, progress=False, catalog=catalog)
+    assert caught.value.kind is ErrorKind.DOWNLOAD
+    assert caught.value.render().startswith(
+        f"download error: the hub at {base} answered HTTP 502 to the listing of acme/tok, so "
+        "nothing was downloaded; check the network and `[embedder] hub_url`"
+    )
+    # a file
+    hub.status.clear()
+    hub.status["/cdn/acme/tiny-onnx/"] = 503
+    with pytest.raises(ModelFetchError) as caught:
+        pull_model("tiny", tmp_path / "m", base, progress=False, catalog=catalog)
+    text = caught.value.render()
+    assert text.startswith(
+        "download error: the download of model.onnx (acme/tiny-onnx/onnx/model_quantized.onnx) "
+        "failed: the hub answered HTTP 503, and nothing was installed; check the network"
+    )
+    assert "then run `lambo model pull tiny` again" in text
+    assert "`lambo model import DIR --name tiny`" in text
+    assert "injected" not in text  # the body the hub sent is never echoed
+    assert not (tmp_path / "m" / "tiny").exists()
+
+
+def test_a_listing_that_is_not_a_hub_listing_is_a_configuration_error(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    base = hub.start()  # holds no repositories: every listing is a 404
+    hub.status["/api/models/"] = 200  # ... answered 200 with a body that is no listing
+    with pytest.raises(ConfigError) as caught:
+        pull_model("tiny", tmp_path / "m", base, progress=False, catalog={"tiny": _entry()})
+    text = caught.value.render()
+    assert text.startswith(f"configuration error: the hub at {base} answered the listing of ")
+    assert "without its list of files" in text and "`[embedder] hub_url`" in text
 
 
 def test_a_graph_needing_unfetched_weights_installs_nothing(hub: FakeHub, tmp_path: Path) -> None:
@@ -257,7 +342,7 @@ def test_a_file_missing_from_the_listing_is_named(hub: FakeHub, tmp_path: Path) 
     hub.add("acme/tiny-onnx", COMMIT, {"other.onnx": b"x"})
     hub.add("acme/tok", TOK_COMMIT, {"tokenizer.json": b"{}"})
     base = hub.start()
-    with pytest.raises(ModelFetchError, match=r"has no file onnx/model_quantized\.onnx"):
+    with pytest.raises(ConfigError, match=r"lists no file onnx/model_quantized\.onnx"):
         pull_model("tiny", tmp_path / "m", base, progress=False, catalog={"tiny": _entry()})
 
 

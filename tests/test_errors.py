@@ -7,6 +7,7 @@ import pytest
 from lambo_core.errors import (
     ConfigError,
     ConflictError,
+    DownloadError,
     ErrorKind,
     InternalError,
     LamboError,
@@ -25,6 +26,7 @@ from lambo_core.errors import (
         (ConfigError, "configuration error: "),
         (ConflictError, "conflict: "),
         (InternalError, "internal error: "),
+        (DownloadError, "download error: "),
     ],
 )
 def test_classes_prefix_their_name(cls: type[LamboError], prefix: str) -> None:

@@ -42,6 +42,8 @@ import logging
 import os
 import re
 import shutil
+import socket
+import ssl
 import sys
 import time
 import urllib.error
@@ -54,7 +56,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import __version__
-from ..errors import ConfigError, ConflictError, ParameterError, StoreError
+from ..errors import ConfigError, ConflictError, DownloadError, ParameterError
 from .base import EmbeddingContract
 from .catalog import CATALOG, CatalogFile, CatalogModel
 from .onnx import MANIFEST_NAME, FileRecord, ModelManifest, OnnxEmbedder, scan_onnx
@@ -72,8 +74,68 @@ NAME_RULE = (
 )
 
 
-class ModelFetchError(StoreError):
-    """A download that failed or did not verify; nothing was installed."""
+class ModelFetchError(DownloadError):
+    """A download that failed or did not verify; nothing was installed.
+
+    A hub that answers but does not hold what the catalog names (a wrong
+    ``[embedder] hub_url``) is a ``ConfigError`` instead.
+    """
+
+
+def _shown_url(url: str) -> str:
+    """A hub URL as a message may show it: no user:password, query or fragment."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host if port is None else f"{host}:{port}"
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _why(exc: BaseException) -> str:
+    """A network failure in words (the exception itself goes to the log as the detail)."""
+    reason: object = getattr(exc, "reason", exc)  # URLError wraps the socket's error
+    if isinstance(reason, TimeoutError):
+        return "timed out"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(reason, ConnectionResetError):
+        return "connection reset"
+    if isinstance(reason, socket.gaierror):
+        return "host name not found"
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return "its TLS certificate did not verify"
+    if isinstance(reason, ssl.SSLError):
+        return "the TLS handshake failed"
+    if isinstance(reason, http.client.HTTPException):
+        return "the answer was not valid HTTP"
+    if isinstance(reason, OSError) and reason.strerror:
+        return str(reason.strerror).lower()
+    return "network error"
+
+
+def _offline(name: str) -> str:
+    return f"or install a local copy offline with `lambo model import DIR --name {name}`"
+
+
+def _retry(name: str) -> str:
+    """The next step after a network or transfer failure."""
+    return (
+        f"check the network and `[embedder] hub_url` (LAMBO_HUB_URL), then run "
+        f"`lambo model pull {name}` again, {_offline(name)}"
+    )
+
+
+def _wrong_hub(name: str) -> str:
+    """The next step when the hub answers but does not hold what the catalog names."""
+    return (
+        "check that `[embedder] hub_url` (LAMBO_HUB_URL) names a Hugging Face hub, or a "
+        f"mirror of it that holds this model, {_offline(name)}"
+    )
 
 
 # --------------------------------------------------------------------------- progress
@@ -200,37 +262,58 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     return urllib.request.Request(url, headers={"User-Agent": USER_AGENT, **(headers or {})})
 
 
-def _listing(base_url: str, repo: str, revision: str, timeout: float) -> dict[str, Any]:
+def _listing(base_url: str, repo: str, revision: str, timeout: float, name: str) -> dict[str, Any]:
     url = (
         f"{base_url}/api/models/{urllib.parse.quote(repo, safe='/')}"
         f"/revision/{urllib.parse.quote(revision, safe='')}?blobs=true"
     )
+    hub = _shown_url(base_url)
     try:
         with urllib.request.urlopen(_request(url), timeout=timeout) as resp:
             data = json.loads(resp.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code in (404, 410):
+            raise ConfigError(
+                f"the hub at {hub} has no model {repo} at revision {revision} (HTTP "
+                f"{exc.code}), so nothing was downloaded; {_wrong_hub(name)}"
+            ) from None
+        if exc.code in (401, 403):
+            raise ConfigError(
+                f"the hub at {hub} refused to list {repo} (HTTP {exc.code}: it is private or "
+                f"gated there), so nothing was downloaded; {_wrong_hub(name)}"
+            ) from None
         raise ModelFetchError(
-            f"the hub at {base_url} has no model {repo} at revision {revision} (HTTP {exc.code})"
+            f"the hub at {hub} answered HTTP {exc.code} to the listing of {repo}, so nothing "
+            f"was downloaded; {_retry(name)}"
         ) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ModelFetchError(f"could not reach the hub at {base_url} ({reason})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
         raise ModelFetchError(
-            f"the hub at {base_url} answered the listing of {repo} with something not JSON"
+            f"could not reach the hub at {hub} ({_why(exc)}), so nothing was downloaded; "
+            f"{_retry(name)}",
+            detail=repr(exc),
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise ConfigError(
+            f"the hub at {hub} answered the listing of {repo} with something that is not a "
+            f"hub's listing, so nothing was downloaded; {_wrong_hub(name)}"
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("siblings"), list):
-        raise ModelFetchError(f"the hub's listing of {repo} has no siblings list")
+        raise ConfigError(
+            f"the hub at {hub} answered the listing of {repo} without its list of files, so "
+            f"nothing was downloaded; {_wrong_hub(name)}"
+        )
     return data
 
 
-def _plan(entry: CatalogModel, base_url: str, timeout: float) -> list[RemoteFile]:
+def _plan(entry: CatalogModel, base_url: str, timeout: float, name: str) -> list[RemoteFile]:
     listings: dict[tuple[str, str], dict[str, Any]] = {}
     plan: list[RemoteFile] = []
+    hub = _shown_url(base_url)
     for spec in entry.files:
         where = (spec.repo, spec.revision)
         if where not in listings:
-            listings[where] = _listing(base_url, spec.repo, spec.revision, timeout)
+            listings[where] = _listing(base_url, spec.repo, spec.revision, timeout, name)
         listing = listings[where]
         sibling = next(
             (
@@ -241,23 +324,27 @@ def _plan(entry: CatalogModel, base_url: str, timeout: float) -> list[RemoteFile
             None,
         )
         if sibling is None:
-            raise ModelFetchError(
-                f"the hub's listing of {spec.repo} at {spec.revision} has no file {spec.path}"
+            raise ConfigError(
+                f"the hub at {hub} lists no file {spec.path} in {spec.repo} at revision "
+                f"{spec.revision}, so nothing was downloaded; {_wrong_hub(name)}"
             )
         lfs = sibling.get("lfs") if isinstance(sibling.get("lfs"), dict) else None
         size = lfs.get("size") if lfs else sibling.get("size")
         sha256 = lfs.get("sha256") if lfs else None
         blob = sibling.get("blobId") if not lfs else None
         if not isinstance(size, int) or size < 0:
-            raise ModelFetchError(f"the hub lists no size for {spec.path} in {spec.repo}")
+            raise ConfigError(
+                f"the hub at {hub} lists no size for {spec.path} in {spec.repo}, so it cannot "
+                f"be verified and nothing was downloaded; {_wrong_hub(name)}"
+            )
         if not (isinstance(sha256, str) and re.fullmatch(r"[0-9a-f]{64}", sha256)):
             sha256 = None
         if not (isinstance(blob, str) and re.fullmatch(r"[0-9a-f]{40}", blob)):
             blob = None
         if sha256 is None and blob is None:
-            raise ModelFetchError(
-                f"the hub lists no checksum for {spec.path} in {spec.repo}, so it cannot be "
-                "verified; nothing was downloaded"
+            raise ConfigError(
+                f"the hub at {hub} lists no checksum for {spec.path} in {spec.repo}, so it "
+                f"cannot be verified and nothing was downloaded; {_wrong_hub(name)}"
             )
         commit = listing.get("sha")
         commit = commit if isinstance(commit, str) and commit else spec.revision
@@ -278,7 +365,9 @@ class _Cut(Exception):
         self.why = why
 
 
-def _download(remote: RemoteFile, part: Path, progress: Progress, timeout: float) -> None:
+def _download(
+    remote: RemoteFile, part: Path, progress: Progress, timeout: float, name: str
+) -> None:
     """Fetch ``remote`` into ``part``, resuming from its current length with Range."""
     have = part.stat().st_size if part.exists() else 0
     if have > remote.size:
@@ -291,12 +380,16 @@ def _download(remote: RemoteFile, part: Path, progress: Progress, timeout: float
     try:
         resp = urllib.request.urlopen(_request(remote.url, headers), timeout=timeout)
     except urllib.error.HTTPError as exc:
+        exc.close()
         if exc.code == 416:  # our offset is past what the server has: start over
             part.unlink(missing_ok=True)
             raise _Cut(0, "the server refused the resume offset") from None
-        raise ModelFetchError(f"{remote.label}: the hub answered HTTP {exc.code}") from None
+        raise ModelFetchError(
+            f"the download of {remote.label} failed: the hub answered HTTP {exc.code}, and "
+            f"nothing was installed; {_retry(name)}"
+        ) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        raise _Cut(have, f"could not connect ({getattr(exc, 'reason', exc)})") from None
+        raise _Cut(have, f"could not connect: {_why(exc)}") from None
     with resp:
         if have:
             match = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range", ""))
@@ -314,7 +407,7 @@ def _download(remote: RemoteFile, part: Path, progress: Progress, timeout: float
                     have += len(chunk)
                     progress.update(have)
             except (OSError, http.client.HTTPException) as exc:
-                raise _Cut(have, f"the connection dropped ({type(exc).__name__})") from None
+                raise _Cut(have, f"the connection dropped: {_why(exc)}") from None
             finally:
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -333,14 +426,22 @@ def _hashes(path: Path, size: int) -> tuple[str, str]:
     return sha256.hexdigest(), sha1.hexdigest()
 
 
-def _check(remote: RemoteFile, path: Path) -> str:
+def _mismatch_step(name: str) -> str:
+    return (
+        f"run `lambo model pull {name}` again; if it fails the same way, something between "
+        "here and the hub (a proxy, or the mirror `[embedder] hub_url` names) serves other "
+        f"bytes than the hub lists: check it, {_offline(name)}"
+    )
+
+
+def _check(remote: RemoteFile, path: Path, name: str) -> str:
     """Size and checksum against the hub's listing; a bad file is deleted. Returns its sha256."""
     size = path.stat().st_size
     if size != remote.size:
         path.unlink()
         raise ModelFetchError(
             f"{remote.label}: {size} bytes arrived but the hub lists {remote.size}; the "
-            "download was deleted and nothing was installed"
+            f"download was deleted and nothing was installed; {_mismatch_step(name)}"
         )
     sha256, sha1 = _hashes(path, size)
     if remote.sha256 is not None and sha256 != remote.sha256:
@@ -352,7 +453,8 @@ def _check(remote: RemoteFile, path: Path) -> str:
     path.unlink()
     raise ModelFetchError(
         f"{remote.label}: checksum mismatch, its {kind} is {got[:16]}… but the hub lists "
-        f"{want[:16]}…; the download was deleted and nothing was installed"
+        f"{want[:16]}…; the download was deleted and nothing was installed; "
+        f"{_mismatch_step(name)}"
     )
 
 
@@ -443,7 +545,7 @@ def pull_model(
     out = stream if stream is not None else sys.stderr
     target = models_dir / name
     with _exclusive(models_dir, name):
-        plan = _plan(entry, base, timeout)
+        plan = _plan(entry, base, timeout, name)
         records = [r.record() for r in plan]
         if not force and (target / MANIFEST_NAME).is_file():
             with contextlib.suppress(ConfigError):
@@ -463,7 +565,7 @@ def pull_model(
             done = staging / remote.key
             if done.exists():  # verified by an earlier, interrupted pull: check again
                 with contextlib.suppress(ModelFetchError):
-                    digests[remote.spec.local] = _check(remote, done)
+                    digests[remote.spec.local] = _check(remote, done, name)
                     continue
             part = staging / f"{remote.key}.part"
             bar: Progress = (
@@ -471,20 +573,22 @@ def pull_model(
             )
             for attempt in range(retries + 1):
                 try:
-                    _download(remote, part, bar, timeout)
+                    _download(remote, part, bar, timeout, name)
                     break
                 except _Cut as cut:
                     pct = cut.have * 100 // remote.size if remote.size else 0
                     if attempt == retries:
                         bar.finish()
                         raise ModelFetchError(
-                            f"the download of {remote.label} stopped at {pct}% ({cut.why}); "
-                            f"run `lambo model pull {name}` again to resume from there"
+                            f"the download of {remote.label} stopped at {pct}% ({cut.why}) "
+                            "and nothing was installed; check the network and `[embedder] "
+                            f"hub_url` (LAMBO_HUB_URL), then run `lambo model pull {name}` "
+                            f"again to resume from there, {_offline(name)}"
                         ) from None
                     bar.note(f"{remote.spec.local}: {cut.why} at {pct}%; resuming")
                     time.sleep(retry_wait * (2**attempt))
             bar.finish()
-            digests[remote.spec.local] = _check(remote, part)
+            digests[remote.spec.local] = _check(remote, part, name)
             os.replace(part, done)
         scan = scan_onnx(staging / next(r.key for r in plan if r.spec.local == entry.model_file))
         unfetched = sorted(scan.external_data - {r.spec.local for r in plan})
