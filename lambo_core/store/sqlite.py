@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -117,6 +118,24 @@ class _FtsKeywordIndex:
         return [(str(node_id), -float(rank)) for node_id, rank in rows]
 
 
+def _switch_to_wal(conn: sqlite3.Connection) -> Any:
+    """``PRAGMA journal_mode = WAL``, retried while another process holds the file.
+
+    On a brand-new file, serves starting at the same moment race to switch it
+    to WAL, and SQLite answers the loser "database is locked" at once rather
+    than through the busy handler; the switch is retried for the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 class SqliteStore:
     kind = "sqlite"
     has_vector_search = True
@@ -156,7 +175,7 @@ class SqliteStore:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
             if write:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                mode = _switch_to_wal(conn)
                 if mode is None or str(mode[0]).lower() != "wal":
                     raise sqlite3.OperationalError(f"journal_mode stayed {mode!r}")
             else:
