@@ -250,7 +250,7 @@ class VectorMatrix:
             return []
         # every row tied with the k-th score is kept, so the tie-break by id
         # below sees all of them and not whichever a partition kept
-        cand = np.flatnonzero(scores >= kth_largest(scores, k)) if k < n else np.arange(n)
+        cand = top_rows(scores, k) if k < n else np.arange(n)
         picked = sorted(
             ((float(scores[r]), ids[r]) for r in cand.tolist() if scores[r] != -np.inf),
             key=lambda pair: (-pair[0], pair[1]),
@@ -280,21 +280,26 @@ class VectorMatrix:
 SELECT_BLOCK = 256  # rows per block when bounding the k-th score by block maxima
 
 
-def kth_largest(scores: npt.NDArray[np.float32], k: int) -> float:
-    """The k-th largest of ``scores`` (1 <= k < len(scores)).
+def top_rows(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+    """The rows scoring at or above the k-th largest of ``scores`` (1 <= k < len), ties kept.
 
     A partition of the whole array costs about a millisecond at 100k rows,
     an eighth of the scan itself. The k-th largest of the block maxima is a
-    lower bound (k blocks each hold a score at or above it), so only the
-    scores at or above it, usually a few dozen, need partitioning.
+    lower bound (k blocks each hold a score at or above it), so only the rows
+    at or above it, usually a few dozen, need partitioning.
     """
     n = len(scores)
     whole = n - n % SELECT_BLOCK
     if whole // SELECT_BLOCK <= k:
-        return float(np.partition(scores, n - k)[n - k])
+        kth = np.partition(scores, n - k)[n - k]
+        return np.flatnonzero(scores >= kth)
     maxima = scores[:whole].reshape(-1, SELECT_BLOCK).max(axis=1)
     if whole < n:
         maxima = np.append(maxima, scores[whole:].max())
     bound = np.partition(maxima, len(maxima) - k)[len(maxima) - k]
-    above = scores[scores >= bound]
-    return float(np.partition(above, len(above) - k)[len(above) - k])
+    rows = np.flatnonzero(scores >= bound)
+    above = scores[rows]
+    kth = np.partition(above, len(above) - k)[len(above) - k]
+    kept: npt.NDArray[np.intp] = rows[above >= kth]
+    return kept
+
