@@ -584,7 +584,8 @@ def notes(results: dict[str, Result], sizes: Sizes) -> str:
         "lines;",
         f"hub + 2 forwarders: {sizes.clients_calls} derives through each at once, then "
         f"{sizes.clients_solo} one at a time through each in turn.",
-        f"Recall: {sizes.recall_reps} calls per size, {RECALL_DIM}-d (and {WIDE_DIM}-d at 100k), top_k 5, "
+        f"Recall: {sizes.recall_reps} calls per size, {RECALL_DIM}-d "
+        f"(and {WIDE_DIM}-d at 100k), top_k 5, "
         "traversal_depth 2, fusion sum, a fresh query each call; incl. = the real MiniLM "
         "embeds the query.",
         f"Throughput: {sizes.writes_calls} 1-concept calls / {max(1, sizes.writes_calls // 8)} "
