@@ -302,4 +302,3 @@ def top_rows(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
     kth = np.partition(above, len(above) - k)[len(above) - k]
     kept: npt.NDArray[np.intp] = rows[above >= kth]
     return kept
-
