@@ -491,3 +491,10 @@ def test_a_cached_edge_summary_follows_a_removed_edge() -> None:
     assert view.summary("a") == EdgeView(g).summary("a")
     assert view.summary("a")[0] == 0  # edgeless now
     assert view.summary("b") == EdgeView(g).summary("b") != had
+
+
+def test_edge_stamp_moves_when_a_concept_is_replaced() -> None:
+    g = graph_with("a")
+    before = g.edge_stamp("a")
+    g.add_concept(concept("a", content="a", interaction="i-2"))  # its own interaction changed
+    assert g.edge_stamp("a") != before

@@ -198,6 +198,7 @@ class SessionGraph:
         old = self._concepts.get(kept.id)
         if old is not None:
             self._unindex(old)
+            self._stamp(kept.id)  # its summary counts its own interaction, which may differ
         self._concepts[kept.id] = kept
         self._status_count[kept.status] += 1
         _multi_add(self._by_prefix, short_id(kept.id), kept.id)
