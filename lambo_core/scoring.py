@@ -265,7 +265,7 @@ class EdgeView:
     the graph's ``edge_stamp`` for it, until an edge of that concept changes
     (``_SUMMARIES``): a write elsewhere in the session keeps it, so a concept
     seen before is scored with one lookup. A large session's summaries are
-    filled in the background once it is open (``warm_summaries``).
+    filled in the background once a serve holds it (``start_summary_warm``).
     """
 
     def __init__(self, graph: SessionGraph) -> None:
@@ -326,9 +326,10 @@ def _summary_cache(graph: SessionGraph) -> dict[str, tuple[int, EdgeSummary]]:
 def start_summary_warm(graph: SessionGraph) -> threading.Thread | None:
     """Summarise a large session's concepts in a background thread (None if small).
 
-    Called when a session opens: at 100k concepts the summaries take about
-    1.5 s of one core, which would otherwise fall on the first recalls that
-    meet each concept.
+    Called when a serve becomes a session's hub, not by every open: at 100k
+    concepts the summaries take about 1.5 s of one core, which would otherwise
+    fall on the first recalls that meet each concept, and a one-shot CLI call
+    that opens the session for one read would only pay for them.
     """
     if len(graph) < WARM_MIN:
         return None

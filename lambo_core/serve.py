@@ -26,6 +26,7 @@ from .daemon import Daemon
 from .errors import ConfigError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.server import build_server
+from .scoring import start_summary_warm
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
 from .store import open_store
@@ -97,6 +98,7 @@ class Serve:
             open_service, self.store, self.config, self.options
         )
         service = self.service
+        start_summary_warm(service.session.index.graph)  # this process serves from now on
 
         async def handle(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
             return (await service.call(tool, arguments)).to_json()

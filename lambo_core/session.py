@@ -24,7 +24,6 @@ from .embed.onnx import LazyEmbedder, read_contract, start_embedder, wants_embed
 from .errors import ConfigError, LamboError
 from .index.session_index import SessionIndex
 from .receipts import ReceiptBook
-from .scoring import start_summary_warm
 from .store.base import Store
 
 if TYPE_CHECKING:
@@ -154,7 +153,6 @@ class Session:
             )
             relabel = True
         index = SessionIndex.open(store, name)
-        start_summary_warm(index.graph)
         return cls(
             name,
             store,

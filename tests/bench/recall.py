@@ -61,7 +61,11 @@ from lambo_core.model import (  # noqa: E402
     WriteBatch,
 )
 from lambo_core.recall import RecallDefaults, recall  # noqa: E402
-from lambo_core.scoring import ACCESS_COUNTS, wait_for_summaries  # noqa: E402
+from lambo_core.scoring import (  # noqa: E402
+    ACCESS_COUNTS,
+    start_summary_warm,
+    wait_for_summaries,
+)
 from lambo_core.session import EmbedderPlan, Session  # noqa: E402
 from lambo_core.store import SqliteStore  # noqa: E402
 from lambo_core.text import canonical_key  # noqa: E402
@@ -216,8 +220,9 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
     session = Session.open(store, SESSION, EmbedderPlan.ready(embedder))
     assert session.plan.lazy is not None and session.plan.lazy.wait(10)
     open_s = time.perf_counter() - t0
-    # the steady state: a served session summarises its concepts' edges in the
-    # background after opening (about 1.5 s at 100k)
+    # the steady state: a serve that holds the session summarises its concepts'
+    # edges in the background (about 1.5 s at 100k)
+    start_summary_warm(session.index.graph)
     assert wait_for_summaries(session.index.graph, 60)
     matrix = session.index.vectors
     assert matrix is not None and len(matrix) == n
