@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .locks import show_expiry
-from .model import EdgeType, Status
+from .model import ESTABLISHED, EdgeType
 from .text import format_rfc3339
 
 if TYPE_CHECKING:
@@ -118,13 +118,6 @@ def conflict_lines(
     return lines
 
 
-def is_load_bearing(graph: SessionGraph, node_id: str, blast_radius: int, threshold: int) -> bool:
-    concept = graph.concept(node_id)
-    if concept is None:
-        return False
-    return concept.status in (Status.CANONICAL, Status.VENERABLE) or blast_radius >= threshold
-
-
 def high_risk_line(
     graph: SessionGraph,
     node_id: str,
@@ -136,12 +129,14 @@ def high_risk_line(
 ) -> str | None:
     """The short-lived alert on a fresh write to a load-bearing concept, or None."""
     concept = graph.concept(node_id)
-    if concept is None or not is_load_bearing(graph, node_id, blast_radius, threshold):
+    if concept is None:
+        return None
+    held = concept.status in ESTABLISHED
+    if not held and blast_radius < threshold:  # not load-bearing
         return None
     fresh = fresh_writes(graph, node_id, now, HIGH_RISK_WINDOW_S, view)
     if fresh is None:
         return None
-    held = concept.status in (Status.CANONICAL, Status.VENERABLE)
     why = concept.status.label if held else f"blast radius {blast_radius}"
     ago = max(0, round(now - fresh.latest_at))
     return (

@@ -119,7 +119,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, is_contradicted
 from .errors import LamboError
-from .model import Concept, ConceptType, Edge, EdgeType, Status
+from .model import ESTABLISHED, Concept, ConceptType, Edge, EdgeType
 from .owned import PerOwner
 from .scoring import (
     ACCESS_COUNTS,
@@ -150,7 +150,7 @@ RESISTANCE: dict[ConceptType, float] = {
     ConceptType.RESOURCE: 1.0,
     ConceptType.OBSERVATION: 0.7,
 }
-PROTECTED_STATUSES = frozenset({Status.VENERABLE, Status.CANONICAL})
+PROTECTED_STATUSES = ESTABLISHED  # never collected
 
 # 0.2.2's weak-edge rule: a sweep drops these (see "Weak edges" above).
 WEAK_EDGE_TYPES = (EdgeType.COOCCURRENCE, EdgeType.SEMANTIC)

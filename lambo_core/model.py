@@ -59,6 +59,11 @@ class Status(enum.Enum):
         return self.value.capitalize()
 
 
+# The stages the spec singles out: kept past top_k when contradicted, never
+# collected, load-bearing for the high-risk alert.
+ESTABLISHED = frozenset({Status.VENERABLE, Status.CANONICAL})
+
+
 class EdgeType(enum.Enum):
     """Kinds of edge. Direction is always ``src -> dst``.
 

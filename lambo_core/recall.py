@@ -88,7 +88,7 @@ from .embed.catalog import supersession_line_measured
 from .embed.onnx import EmbedderLoading
 from .errors import ConfigError, LamboError, ParameterError, StoreError
 from .index.keywords import tokenize
-from .model import ConceptType, EdgeType, Status, short_id
+from .model import ESTABLISHED, ConceptType, EdgeType, Status, short_id
 from .owned import PerOwner
 from .scoring import (
     ACCESS_COUNTS,
@@ -1032,7 +1032,7 @@ def select_with_contradictions(
         if concept is None:
             continue
         info = None
-        if concept.status in (Status.CANONICAL, Status.VENERABLE):
+        if concept.status in ESTABLISHED:
             info = _listed_contradiction(graph, cand.node_id, now, edge_min_age, listed)
         if info is not None or keep_past(cand.node_id):
             picks.append(Pick(cand, contradiction=info))
