@@ -230,8 +230,8 @@ class _SummaryOnce(EdgeView):
     """recall's EdgeView, remembering the last concept summarised.
 
     The plan reads a concept's summary (is it edgeless?) right before
-    ``base_parts`` reads it again; past the view's shared cache (20,000
-    concepts) that would walk its edges twice.
+    ``base_parts`` reads it again; past the view's shared cache
+    (``scoring.SUMMARY_CACHE_SIZE`` concepts) that would walk its edges twice.
     """
 
     def __init__(self, graph: SessionGraph) -> None:
