@@ -167,6 +167,15 @@ KEYS: tuple[Key, ...] = (
         minimum=1,
         maximum=1_000_000,
     ),
+    Key(
+        "recall",
+        "model_wait_ms",
+        3000,
+        "how long a recall made while the embedding model is still loading waits for it "
+        "before answering without the vector leg (and saying so)",
+        minimum=0,
+        maximum=60_000,
+    ),
     # [fusion]
     Key(
         "fusion",
@@ -370,6 +379,15 @@ KEYS: tuple[Key, ...] = (
     Key("serve", "agent", "lambo", "the id this process holds the session lease under"),
     Key("serve", "auth_token", "", "bearer token for HTTP off loopback", env="LAMBO_AUTH_TOKEN"),
     Key("serve", "lease_ttl_s", 45.0, "session lease time to live", minimum=1.0, maximum=3600.0),
+    Key(
+        "serve",
+        "shutdown_budget_s",
+        15.0,
+        "how long a clean stop may take in all (finish the write being applied, flush, hand "
+        "the rest on as durable intents); kept below the lease TTL",
+        minimum=1.0,
+        maximum=3600.0,
+    ),
 )
 
 KEYS_BY_DOTTED: dict[str, Key] = {k.dotted: k for k in KEYS}

@@ -382,14 +382,19 @@ class WritePipeline:
         return render_ack(admitted.summary, receipt, admitted.agent_id)
 
     # -- the worker ------------------------------------------------------------------------
-    def every(self, interval_s: float, job: Callable[[], object]) -> None:
-        """Run ``job`` on the writer thread about every ``interval_s`` seconds.
+    def every(
+        self, interval_s: float, job: Callable[[], object], *, first_in_s: float | None = None
+    ) -> None:
+        """Run ``job`` on the writer thread about every ``interval_s`` seconds, the first
+        time after ``first_in_s`` (default: one interval; 0 runs it as soon as the worker is
+        free).
 
         Background work that writes (access counts, the daemon's cycles) runs
         here, between writes, so the session keeps exactly one writer.
         """
+        first = interval_s if first_in_s is None else first_in_s
         with self._lock:
-            self._periodic.append(_Periodic(interval_s, job, time.monotonic() + interval_s))
+            self._periodic.append(_Periodic(interval_s, job, time.monotonic() + first))
 
     def _run_due(self) -> None:
         now = time.monotonic()
