@@ -23,6 +23,7 @@ import enum
 import re
 import secrets
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ LANE_BOUND = 64
 BOUND = 1024
 RETAIN_SECONDS = 300.0
 RETAIN_MAX = 4096
+# Owners of receipts already let go, so an expired receipt stays its owner's. Past this
+# many the durable intent (which names its agent and session) answers instead.
+EVICTED_OWNERS_MAX = 16_384
 WAIT_MS_MAX = 34_000
 SERVER_WAIT_BOUND = 16
 AGENT_WAIT_BOUND = 8
@@ -216,6 +220,25 @@ class _Entry:
         return ReceiptView(self.receipt_id, self.state, self.detail, dict(self.data))
 
 
+@dataclass(frozen=True)
+class _Expired:
+    """One of our ids whose outcome and owner this book has both let go of."""
+
+    receipt_id: str
+
+
+@dataclass(eq=False)
+class _ReplayTicket:
+    """A wait on a receipt an earlier server issued, holding the same two slots."""
+
+    receipt_id: str
+    agent_id: str
+    session: str
+    timeout_s: float
+    cancelled: bool = False
+    released: bool = False
+
+
 @dataclass(eq=False)
 class _WaitTicket:
     """One wait holding a server slot and an agent slot until released."""
@@ -282,6 +305,11 @@ class ReceiptBook:
         self._waits = 0
         self._agent_waits: dict[str, int] = {}
         self._wait_limiter: anyio.CapacityLimiter | None = None
+        # (agent, session) of receipts evicted from _entries, oldest first.
+        self._evicted: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        # Bumped whenever this server settles a durable intent an earlier server left
+        # owed, so a wait on a pending_replay receipt wakes and asks the store again.
+        self._replays_settled = 0
 
         self._outstanding = 0
         self._accepted = 0
@@ -453,6 +481,10 @@ class ReceiptBook:
                 break
             del self._settled[receipt_id]
             del self._entries[receipt_id]
+            if entry.state is not ReceiptState.NEVER_ISSUED:
+                self._evicted[receipt_id] = (entry.agent_id, entry.session)
+                while len(self._evicted) > EVICTED_OWNERS_MAX:
+                    self._evicted.popitem(last=False)
             self._trim_piggyback_locked((entry.agent_id, entry.session))
 
     def _trim_piggyback_locked(self, key: tuple[str, str]) -> None:
@@ -480,9 +512,28 @@ class ReceiptBook:
         begun = self._begin_wait(receipt_id, agent_id, session, 0)  # a wait of 0 never waits
         if isinstance(begun, str):
             return self._foreign(begun, agent_id, session)
-        if isinstance(begun, _WaitTicket):  # pragma: no cover - no ticket without a wait
+        if isinstance(begun, _Expired):
+            return self._expired(begun.receipt_id, agent_id, session)
+        if isinstance(begun, _WaitTicket | _ReplayTicket):  # pragma: no cover
             raise AssertionError("a zero wait took a wait slot")
         return begun
+
+    def _expired(self, receipt_id: str, agent_id: str, session: str) -> ReceiptView:
+        """An id of ours let go so long ago that its owner is forgotten here: the durable
+        intent names the owner (a dropped write has none, and nothing to reveal)."""
+        answer = (
+            self._foreign_lookup(receipt_id, agent_id, session) if self._foreign_lookup else None
+        )
+        if answer is not None and answer[0] is ReceiptState.FORBIDDEN:
+            return _not_ours(receipt_id, ReceiptState.FORBIDDEN)
+        return _not_ours(receipt_id, ReceiptState.EXPIRED)
+
+    def replay_settled(self) -> None:
+        """This server applied (or failed) a durable intent an earlier server left owed:
+        waits on pending_replay receipts ask the store again."""
+        with self._cond:
+            self._replays_settled += 1
+            self._cond.notify_all()
 
     def _foreign(self, receipt_id: str, agent_id: str, session: str) -> ReceiptView:
         """An id another process issued: only the durable intents can answer.
@@ -499,13 +550,19 @@ class ReceiptBook:
 
     def _owned_locked(
         self, receipt_id: str, seq: int, agent_id: str, session: str
-    ) -> _Entry | ReceiptView:
-        """Our own id: the entry if the caller owns it, else the answer to give."""
+    ) -> _Entry | ReceiptView | _Expired:
+        """Our own id: the entry if the caller owns it, else the answer to give (or, for an
+        expired id whose owner this book no longer remembers, ``_Expired``: ask the store)."""
         entry = self._entries.get(receipt_id)
         if entry is None:
             if seq > self._seq:
                 return _not_ours(receipt_id, ReceiptState.NEVER_ISSUED)
-            # We issued it and have since let it go; whose it was is forgotten too.
+            # We issued it and have since let go of its outcome, not of whose it is.
+            owner = self._evicted.get(receipt_id)
+            if owner is None:
+                return _Expired(receipt_id)
+            if owner != (agent_id, session):
+                return _not_ours(receipt_id, ReceiptState.FORBIDDEN)
             return _not_ours(receipt_id, ReceiptState.EXPIRED)
         if entry.state is ReceiptState.NEVER_ISSUED:
             return entry.view()
@@ -585,6 +642,10 @@ class ReceiptBook:
             return begun
         if isinstance(begun, str):
             return self._foreign(begun, agent_id, session)
+        if isinstance(begun, _Expired):
+            return self._expired(begun.receipt_id, agent_id, session)
+        if isinstance(begun, _ReplayTicket):
+            return self._finish_replay_wait(begun)
         return self._finish_wait(begun)
 
     async def wait_async(
@@ -603,11 +664,18 @@ class ReceiptBook:
         if isinstance(begun, str):
             # The hook may read the store: keep it off the loop too.
             return await anyio.to_thread.run_sync(self._foreign, begun, agent_id, session)
+        if isinstance(begun, _Expired):
+            return await anyio.to_thread.run_sync(
+                self._expired, begun.receipt_id, agent_id, session
+            )
         if self._wait_limiter is None:
             self._wait_limiter = anyio.CapacityLimiter(SERVER_WAIT_BOUND)
+        finish: Callable[[Any], ReceiptView] = (
+            self._finish_replay_wait if isinstance(begun, _ReplayTicket) else self._finish_wait
+        )
         try:
             return await anyio.to_thread.run_sync(
-                self._finish_wait, begun, abandon_on_cancel=True, limiter=self._wait_limiter
+                finish, begun, abandon_on_cancel=True, limiter=self._wait_limiter
             )
         except BaseException:
             self._abandon_wait(begun)
@@ -615,30 +683,73 @@ class ReceiptBook:
 
     def _begin_wait(
         self, receipt_id: str, agent_id: str, session: str, wait_ms: int
-    ) -> ReceiptView | str | _WaitTicket:
-        """Non-blocking half of a wait: an answer now, a foreign id for the hook,
-        or a ticket holding a server slot and an agent slot."""
+    ) -> ReceiptView | str | _Expired | _WaitTicket | _ReplayTicket:
+        """Non-blocking half of a wait: an answer now, a foreign id for the hook (a wait of
+        0), an expired id whose owner the store knows, or a ticket holding a server slot and
+        an agent slot (on one of our receipts, or on an earlier server's)."""
         timeout_s = clamp_wait_ms(wait_ms) / 1000.0
         parsed = parse_receipt_id(receipt_id)
         if parsed is None:
             return _not_ours(None, ReceiptState.NEVER_ISSUED, _MALFORMED_DETAIL)
         canonical = receipt_id.strip()
         if not self._is_ours(parsed):
-            return canonical
+            if timeout_s <= 0:
+                return canonical
+            with self._lock:
+                busy = self._wait_refusal_locked(agent_id)
+                if busy is not None:
+                    return canonical  # answered at once, as a wait over the bound is
+                self._take_wait_slot_locked(agent_id)
+                return _ReplayTicket(canonical, agent_id, session, timeout_s)
         with self._lock:
             self._evict_locked()
             found = self._owned_locked(canonical, parsed[2], agent_id, session)
-            if isinstance(found, ReceiptView):
+            if isinstance(found, ReceiptView | _Expired):
                 return found
             if found.state is not ReceiptState.PENDING or timeout_s <= 0:
                 return self._owner_view_locked(found)
-            if self._waits >= SERVER_WAIT_BOUND:
-                return _busy(found, f"this server already holds {SERVER_WAIT_BOUND} waits")
-            if self._agent_waits.get(agent_id, 0) >= AGENT_WAIT_BOUND:
-                return _busy(found, f"your agent_id already holds {AGENT_WAIT_BOUND} waits")
-            self._waits += 1
-            self._agent_waits[agent_id] = self._agent_waits.get(agent_id, 0) + 1
+            busy = self._wait_refusal_locked(agent_id)
+            if busy is not None:
+                return _busy(found, busy)
+            self._take_wait_slot_locked(agent_id)
             return _WaitTicket(found, agent_id, timeout_s)
+
+    def _wait_refusal_locked(self, agent_id: str) -> str | None:
+        if self._waits >= SERVER_WAIT_BOUND:
+            return f"this server already holds {SERVER_WAIT_BOUND} waits"
+        if self._agent_waits.get(agent_id, 0) >= AGENT_WAIT_BOUND:
+            return f"your agent_id already holds {AGENT_WAIT_BOUND} waits"
+        return None
+
+    def _take_wait_slot_locked(self, agent_id: str) -> None:
+        self._waits += 1
+        self._agent_waits[agent_id] = self._agent_waits.get(agent_id, 0) + 1
+
+    def _finish_replay_wait(self, ticket: _ReplayTicket) -> ReceiptView:
+        """Wait on an earlier server's receipt: ask the store, and while it answers
+        pending_replay sleep until this server settles a replayed intent (or time is up)."""
+        deadline = time.monotonic() + ticket.timeout_s
+        try:
+            while True:
+                with self._lock:
+                    seen = self._replays_settled
+                view = self._foreign(ticket.receipt_id, ticket.agent_id, ticket.session)
+                left = deadline - time.monotonic()
+                if view.state is not ReceiptState.PENDING_REPLAY or left <= 0:
+                    return view
+                if not self._sleep_until_replay(ticket, seen, left):
+                    return view
+        finally:
+            with self._cond:
+                self._release_wait_locked(ticket)
+
+    def _sleep_until_replay(self, ticket: _ReplayTicket, seen: int, timeout_s: float) -> bool:
+        """Block until a replay settles after ``seen``; False when cancelled."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._replays_settled != seen or ticket.cancelled, timeout=timeout_s
+            )
+            return not ticket.cancelled
 
     def _finish_wait(self, ticket: _WaitTicket) -> ReceiptView:
         with self._cond:
@@ -659,13 +770,13 @@ class ReceiptBook:
             timeout=ticket.timeout_s,
         )
 
-    def _abandon_wait(self, ticket: _WaitTicket) -> None:
+    def _abandon_wait(self, ticket: _WaitTicket | _ReplayTicket) -> None:
         with self._cond:
             ticket.cancelled = True
             self._release_wait_locked(ticket)
             self._cond.notify_all()
 
-    def _release_wait_locked(self, ticket: _WaitTicket) -> None:
+    def _release_wait_locked(self, ticket: _WaitTicket | _ReplayTicket) -> None:
         # Both the thread and a cancelled caller release: only the first counts.
         if ticket.released:
             return

@@ -200,7 +200,7 @@ class MemoryService:
         receipt_id = (
             check_string("receipt", call["receipt"], max_bytes=128) if "receipt" in call else None
         )
-        wait_ms = clamp_int("wait_ms", call["wait_ms"], 0, WAIT_MS_MAX) if "wait_ms" in call else 0
+        wait_ms = check_wait_ms(call["wait_ms"]) if "wait_ms" in call else 0
         receipt: ReceiptView | None = None
         if receipt_id is not None:
             book = self.session.receipts
@@ -287,6 +287,16 @@ class MemoryService:
                 f"embedder {p['embedder_state']}",
             ]
         )
+
+
+def check_wait_ms(value: object) -> int:
+    """wait_ms: below 0 is refused with its bound; above 34000 is clamped, not refused."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ParameterError(
+            f"wait_ms must be an integer in 0..={WAIT_MS_MAX} (a larger value is clamped to "
+            f"{WAIT_MS_MAX})"
+        )
+    return clamp_int("wait_ms", value, 0, WAIT_MS_MAX)
 
 
 def gc_line(gc: dict[str, Any]) -> str:

@@ -430,6 +430,9 @@ class WritePipeline:
                 with self._idle:
                     self._in_flight -= 1
                     self._idle.notify_all()
+                if intent.payload.get("_replay"):
+                    # its outcome is in the store now: waits on it ask again
+                    self.session.receipts.replay_settled()
             self._run_due()
 
     def flush_access_counts(self) -> int:

@@ -403,6 +403,127 @@ def test_same_nonce_other_start_time_is_another_process() -> None:
     assert later.lookup(rid(earlier.issue("a", "s", "t")), "a", "s").state is S.RESTART_LOST
 
 
+def test_expired_receipt_stays_its_owners() -> None:
+    clock = ManualClock()
+    book = ReceiptBook(clock)
+    mine = rid(book.issue("a", "s", "t"))
+    book.settle(mine, S.APPLIED)
+    clock.advance(301)
+    assert book.lookup(mine, "a", "s").state is S.EXPIRED
+    assert book.lookup(mine, "b", "s").state is S.FORBIDDEN
+    assert book.lookup(mine, "a", "other").state is S.FORBIDDEN
+    assert book.wait(mine, "b", "s", 50).state is S.FORBIDDEN
+
+
+def test_expired_receipt_whose_owner_was_forgotten_asks_the_intent() -> None:
+    owners: dict[str, tuple[str, str]] = {}
+
+    def hook(receipt_id: str, agent_id: str, session: str) -> Any:
+        if receipt_id not in owners:
+            return None
+        if owners[receipt_id] != (agent_id, session):
+            return (S.FORBIDDEN, "", {})
+        return (S.APPLIED_AFTER_RESTART, "applied", {})
+
+    clock = ManualClock()
+    book = ReceiptBook(clock, foreign_lookup=hook)
+    first = rid(book.issue("a", "s", "t"))
+    owners[first] = ("a", "s")
+    book.settle(first, S.APPLIED)
+    clock.advance(301)
+    book._evicted.clear()  # as if more than EVICTED_OWNERS_MAX had been let go since
+    assert book.lookup(first, "b", "s").state is S.FORBIDDEN
+    assert book.lookup(first, "a", "s").state is S.EXPIRED
+
+
+class ReplayingStore:
+    """Stands in for the durable intents: pending until the test applies one."""
+
+    def __init__(self) -> None:
+        self.applied: set[str] = set()
+        self.asked = 0
+
+    def hook(self, receipt_id: str, agent_id: str, session: str) -> Any:
+        self.asked += 1
+        if receipt_id in self.applied:
+            return (S.APPLIED_AFTER_RESTART, "derived 1 concept(s)", {})
+        return (S.PENDING_REPLAY, "", {})
+
+
+def test_wait_on_pending_replay_wakes_when_the_replay_settles() -> None:
+    store = ReplayingStore()
+    old = rid(ReceiptBook(nonce=1).issue("a", "s", "t"))
+    book = ReceiptBook(nonce=2, foreign_lookup=store.hook)
+    got: list[ReceiptView] = []
+    waiter = threading.Thread(target=lambda: got.append(book.wait(old, "a", "s", WAIT_MS_MAX)))
+    waiter.start()
+    eventually(lambda: store.asked >= 1 and book.stats().waits == 1)
+    book.replay_settled()  # another intent settled: still pending, the wait goes on
+    eventually(lambda: store.asked >= 2)
+    assert not got
+    store.applied.add(old)
+    book.replay_settled()
+    waiter.join(DEADLINE_S)
+    assert [v.state for v in got] == [S.APPLIED_AFTER_RESTART]
+    assert book.stats().waits == 0
+
+
+def test_wait_on_pending_replay_ends_pending_replay_when_time_is_up() -> None:
+    store = ReplayingStore()
+    old = rid(ReceiptBook(nonce=1).issue("a", "s", "t"))
+    book = ReceiptBook(nonce=2, foreign_lookup=store.hook)
+    assert book.wait(old, "a", "s", 20).state is S.PENDING_REPLAY
+    assert book.lookup(old, "a", "s").state is S.PENDING_REPLAY
+    assert book.stats().waits == 0
+
+
+def test_wait_async_on_pending_replay_and_its_cancel_frees_the_slots() -> None:
+    store = ReplayingStore()
+    old = rid(ReceiptBook(nonce=1).issue("a", "s", "t"))
+    book = ReceiptBook(nonce=2, foreign_lookup=store.hook)
+
+    async def main() -> None:
+        with anyio.move_on_after(0.2):
+            await book.wait_async(old, "a", "s", WAIT_MS_MAX)
+        eventually(lambda: book.stats().waits == 0)
+        async with anyio.create_task_group() as tg:
+            answers: list[ReceiptView] = []
+
+            async def wait() -> None:
+                answers.append(await book.wait_async(old, "a", "s", WAIT_MS_MAX))
+
+            tg.start_soon(wait)
+            while store.asked < 2:
+                await anyio.sleep(0.001)
+            store.applied.add(old)
+            book.replay_settled()
+        assert [v.state for v in answers] == [S.APPLIED_AFTER_RESTART]
+
+    anyio.run(main)
+    assert book.stats().waits == 0
+
+
+def test_waits_on_pending_replay_count_against_the_bounds() -> None:
+    store = ReplayingStore()
+    earlier = ReceiptBook(nonce=1)
+    old = [rid(earlier.issue(f"agent-{i % 2}", "s", "t")) for i in range(SERVER_WAIT_BOUND + 1)]
+    book = ReceiptBook(nonce=2, foreign_lookup=store.hook)
+    threads = [
+        threading.Thread(target=book.wait, args=(old[i], f"agent-{i % 2}", "s", WAIT_MS_MAX))
+        for i in range(SERVER_WAIT_BOUND)
+    ]
+    for t in threads:
+        t.start()
+    eventually(lambda: book.stats().waits == SERVER_WAIT_BOUND)
+    # over the server's bound: answered at once with the current state
+    assert book.wait(old[-1], "agent-0", "s", WAIT_MS_MAX).state is S.PENDING_REPLAY
+    store.applied.update(old)
+    book.replay_settled()
+    for t in threads:
+        t.join(DEADLINE_S)
+    assert book.stats().waits == 0
+
+
 # ----------------------------------------------------------------- waits
 
 

@@ -142,6 +142,10 @@ def test_at_most_eight_receipts_per_response(service: MemoryService) -> None:
     [
         ({}, "agent_id is required"),
         ({"agent_id": "a", "wait_ms": "5"}, "wait_ms must be an integer in 0..=34000"),
+        (
+            {"agent_id": "a", "receipt": "lwr1.0000000000000001.1.1", "wait_ms": -1},
+            "wait_ms must be an integer in 0..=34000 (a larger value is clamped to 34000)",
+        ),
         ({"agent_id": "a", "receipt": 5}, "receipt must be a string"),
         ({"agent_id": "a", "recipt": "x"}, "recipt is not an argument of lambo_stats"),
         ({"agent_id": "a", "created_at": "x"}, "created_at is refused"),
