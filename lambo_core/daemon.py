@@ -23,6 +23,16 @@ canonization rules in ``canon.py``.
    Candidate and the rest, newest contradiction first within a status; the
    rest are counted in ``contradictions_dropped``.
 
+At start, the daemon's first job on the writer thread (as soon as the worker
+is free) is the contradiction list alone (``list_contradictions``), so a
+fresh serve warns on the contradictions its store already holds without
+waiting one interval; the first whole cycle follows one interval later. The
+start pass takes no canonization step and sweeps nothing: a serve restarted
+often must not promote (or age concepts through sweeps) faster than one
+cycle per interval. Until that first listing, recall checks every hit
+(``session.contradiction_listing`` stays None), so a recall answered before
+it misses nothing either.
+
 Every time it reads comes from one injectable clock (``clock``, the
 session's by default), so tests drive cycles by calling ``cycle()`` on a
 ``ManualClock`` without sleeping. A session's other background jobs keep
@@ -100,13 +110,26 @@ class Daemon:
         self.contradictions_dropped = 0
         _DAEMONS.put(session, self)
         # Recall reads the list through the session (recall cannot import the daemon:
-        # the daemon imports gc, which imports recall).
-        session.contradiction_listing = self.listed
+        # the daemon imports gc, which imports recall), from the first listing on; until
+        # then it checks every hit (None).
+        session.contradiction_listing = None
         session.canon_rules = self.rules
 
     def attach(self, pipeline: WritePipeline) -> Daemon:
-        """Run ``cycle`` on the pipeline's writer thread every ``cycle_interval_s``."""
-        pipeline.every(self.rules.cycle_interval_s, self.cycle)
+        """On the pipeline's writer thread: the contradiction list at once, then ``cycle``
+        every ``cycle_interval_s``."""
+        interval = self.rules.cycle_interval_s
+        started = False
+
+        def scheduled() -> None:
+            nonlocal started
+            if started:
+                self.cycle()
+            else:
+                started = True
+                self.list_contradictions()
+
+        pipeline.every(interval, scheduled, first_in_s=0.0)
         return self
 
     # -- the cycle ---------------------------------------------------------------------
@@ -139,7 +162,21 @@ class Daemon:
             self.last_report = report
             self._contradictions = listed
             self.contradictions_dropped = dropped
+        self.session.contradiction_listing = self.listed
         return report
+
+    def list_contradictions(self) -> int:
+        """The start pass: the contradiction list alone, no canonization step and no sweep.
+
+        From the first listing on (this or a cycle), recall warns only on what the
+        list holds. Returns how many it lists.
+        """
+        listed, dropped = self._measure_contradictions(self.clock.now())
+        with self._lock:
+            self._contradictions = listed
+            self.contradictions_dropped = dropped
+        self.session.contradiction_listing = self.listed
+        return len(listed)
 
     def _collect(self, session: Session, now: float) -> gc.SweepReport | None:
         assert self.gc_settings is not None
@@ -175,7 +212,8 @@ class Daemon:
 
     # -- what readers ask ----------------------------------------------------------------
     def listed(self, node_id: str) -> bool:
-        """Whether the daemon's last cycle listed a contradiction on ``node_id``.
+        """Whether the daemon's last listing (a cycle's, or the start pass's) holds a
+        contradiction on ``node_id``.
 
         Recall warns on a hit only when it is listed (the warning appears from
         the daemon's next cycle after the write) and the contradiction still
@@ -185,7 +223,7 @@ class Daemon:
             return node_id in self._contradictions
 
     def contradiction(self, node_id: str) -> ContradictionInfo | None:
-        """The contradiction the last cycle listed on ``node_id`` (as of that cycle)."""
+        """The contradiction the last listing holds on ``node_id`` (as of that listing)."""
         with self._lock:
             return self._contradictions.get(node_id)
 

@@ -17,6 +17,7 @@ from lambo_core.config import load_config
 from lambo_core.daemon import Daemon, daemon_for
 from lambo_core.errors import StoreError
 from lambo_core.model import Status
+from lambo_core.recall import RecallDefaults, recall
 from lambo_core.serve import ServeOptions, open_service, stop_service
 from lambo_core.service import MemoryService, ToolResult
 from lambo_core.session import EmbedderPlan, Session
@@ -228,19 +229,101 @@ def test_stats_report_the_policy_cycles_and_canonical_count(tmp_path: Path) -> N
         pipeline.close()
 
 
-def test_open_service_starts_the_daemon_on_the_pipeline(tmp_path: Path) -> None:
+def test_open_service_lists_the_stores_contradictions_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh serve's daemon lists what the store already holds at once, then cycles every
+    interval: no cycle (so no canonization step) at start."""
+    earlier = World()
+    schema = earlier.derive("user schema")
+    earlier.clock.advance(5)
+    accounts = earlier.derive("accounts replaced users", agent="agent-b", against=[schema])
+    earlier.pipeline.close()
+
+    listed_once = threading.Event()
+    original = Daemon.list_contradictions
+
+    def noting(daemon: Daemon) -> int:
+        found = original(daemon)
+        listed_once.set()
+        return found
+
+    monkeypatch.setattr(Daemon, "list_contradictions", noting)
     (tmp_path / "lambo.toml").write_text('[embedder]\nmatch_strategy = "canonical"\n')
     config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
-    service = open_service(MemoryStore(), config, ServeOptions(session="s"))
+    service = open_service(earlier.store, config, ServeOptions(session="s"))
     try:
-        assert service.daemon is not None
-        assert daemon_for(service.session) is service.daemon
-        jobs = [p.job for p in service.pipeline._periodic]
-        assert service.daemon.cycle in jobs
-        interval = next(p.interval_s for p in service.pipeline._periodic if p.job == jobs[-1])
-        assert interval == 60.0
+        daemon = service.daemon
+        assert daemon is not None and daemon_for(service.session) is daemon
+        assert listed_once.wait(10), "the daemon did not list contradictions at start"
+        assert daemon.listed(schema) and not daemon.listed(accounts)
+        assert service.session.contradiction_listing == daemon.listed
+        assert daemon.counters()["canonization_cycles"] == 0
+        (job,) = [
+            p for p in service.pipeline._periodic if p.job != service.pipeline.flush_access_counts
+        ]
+        assert job.interval_s == 60.0
     finally:
         stop_service(service)
+
+
+class RecordingPipeline:
+    """Stands in for WritePipeline.every: the test runs the registered job itself."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[float, Any, float | None]] = []
+
+    def every(self, interval_s: float, job: Any, *, first_in_s: float | None = None) -> None:
+        self.jobs.append((interval_s, job, first_in_s))
+
+
+def test_the_start_pass_lists_contradictions_and_takes_no_canonization_step(
+    world: World,
+) -> None:
+    schema = world.derive("user schema")
+    for agent in ("agent-b", "agent-c", "agent-d"):
+        world.derive(f"{agent} reads it", agent=agent, depends_on=[schema])
+    world.clock.advance(AGE)
+    target = world.derive("billing ledger")
+    world.clock.advance(5)
+    world.derive("billing moved to stripe", agent="agent-b", against=[target])
+
+    pipeline = RecordingPipeline()
+    world.daemon.attach(pipeline)  # type: ignore[arg-type]
+    ((interval, job, first_in_s),) = pipeline.jobs
+    assert (interval, first_in_s) == (60.0, 0.0)  # due at once, then every interval
+    job()  # the start pass: the list alone
+    assert world.daemon.listed(target)
+    assert world.session.contradiction_listing == world.daemon.listed
+    assert world.daemon.counters()["canonization_cycles"] == 0
+    assert world.session.index.graph.concept(schema).status is Status.NONE  # nothing promoted
+    job()  # one interval later: a whole cycle
+    assert world.daemon.counters()["canonization_cycles"] == 1
+    assert world.session.index.graph.concept(schema).status is not Status.NONE
+
+
+def test_recall_checks_every_hit_until_the_daemons_first_listing(world: World) -> None:
+    """A daemon that has not listed yet leaves recall checking every hit; from its first
+    listing on, a new contradiction waits for the next cycle (the spec's rule)."""
+    defaults = RecallDefaults(model_wait_ms=0)
+
+    def ask(query: str) -> str:
+        return recall(world.session, {"agent_id": "a", "query": query}, defaults=defaults).context
+
+    schema = world.derive("user schema")
+    world.clock.advance(5)
+    world.derive("accounts replaced the users table", agent="agent-b", against=[schema])
+    assert world.session.contradiction_listing is None  # made, not listed yet
+    assert "⚠ Contradicted at" in ask("user schema")
+    assert world.daemon.list_contradictions() == 1
+    assert "⚠ Contradicted at" in ask("user schema")
+
+    ledger = world.derive("billing ledger")
+    world.clock.advance(5)
+    world.derive("billing moved to stripe", agent="agent-b", against=[ledger])
+    assert "⚠ Contradicted at" not in ask("billing ledger")  # not before the next cycle
+    world.daemon.cycle()
+    assert "⚠ Contradicted at" in ask("billing ledger")
 
 
 # =====================================================================================
