@@ -51,7 +51,9 @@ A recall runs in this order:
    concept beside it (``companion_of``); a contradicted Canonical or Venerable
    candidate is kept past top_k, and so is one with a conflict. Checked on
    every recall once the daemon has listed the contradiction (its budget
-   holds). None of this on dependency answers.
+   holds); until its first listing after a start, every hit is checked, so a
+   contradiction the store already holds is never missed. None of this on
+   dependency answers.
 10. **Lines** (``_describe``, ``Annotator``, ``alerts.py``): the pillar line,
     the high-risk alert on a fresh write to a load-bearing concept, conflict
     lines (concurrent edits, another agent's reservation), Contradicted,
@@ -980,8 +982,8 @@ class Pick:
 
 
 def _daemon_listing(session: Session) -> Callable[[str], bool]:
-    """The daemon's contradiction list when one runs for the session; else every hit counts
-    (a session opened without a daemon, as in tests and one-shot tools)."""
+    """The daemon's contradiction list once it has listed; else every hit counts (no daemon
+    runs here, as in tests and one-shot tools, or its first listing is not done yet)."""
     return session.contradiction_listing or (lambda _node_id: True)
 
 
@@ -1351,10 +1353,8 @@ def _finish(
     header: str | None,
 ) -> RecallResult:
     rendered = render_context(blocks, request.max_tokens, header=header)
-    for i, hit in enumerate(hits):
-        if rendered.truncated == i:
-            hit["truncated_in_context"] = True
-        elif not rendered.included[i]:
-            hit["included_in_context"] = False
+    # The MCP shape marks only the cut hit (included_in_context is the detailed recall's).
+    if rendered.truncated is not None:
+        hits[rendered.truncated]["truncated_in_context"] = True
     ACCESS_COUNTS.record(session, (hit["node_id"] for hit in hits))
     return RecallResult(rendered.context, hits, warnings)

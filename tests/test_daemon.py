@@ -305,7 +305,7 @@ def test_the_start_pass_lists_contradictions_and_takes_no_canonization_step(
 def test_recall_checks_every_hit_until_the_daemons_first_listing(world: World) -> None:
     """A daemon that has not listed yet leaves recall checking every hit; from its first
     listing on, a new contradiction waits for the next cycle (the spec's rule)."""
-    defaults = RecallDefaults(model_wait_ms=0)
+    defaults = RecallDefaults()  # the session has no embedder: nothing to wait for
 
     def ask(query: str) -> str:
         return recall(world.session, {"agent_id": "a", "query": query}, defaults=defaults).context

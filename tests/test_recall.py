@@ -107,11 +107,42 @@ class Mem:
 
 
 def ask(session: Session, query: str, **kw: Any) -> RecallResult:
-    return recall(session, {"agent_id": "agent-a", "query": query, **kw}, defaults=DEFAULTS)
+    result = recall(session, {"agent_id": "agent-a", "query": query, **kw}, defaults=DEFAULTS)
+    assert_mcp_shape(result)
+    return result
 
 
 def contents(result: RecallResult) -> list[str]:
     return [hit["content"] for hit in result.hits]
+
+
+# The keys the spec gives a hit of lambo_recall's structuredContent (the MCP shape): the
+# spec example's, then the ones only some hits carry. included_in_context is the detailed
+# recall's (the portal's /api/recall), not the MCP shape's.
+MCP_HIT_KEYS = {"node_id", "content", "concept_type", "score", "is_canonical", "blast_radius"}
+MCP_HIT_OPTIONAL_KEYS = {
+    "truncated_in_context",
+    "companion_of",
+    "possibly_superseded_by",
+    "skipped_redundant",
+    "also_skipped_redundant",
+    "session",
+    "repo_scope",
+}
+
+
+def assert_mcp_shape(result: RecallResult) -> None:
+    """Every hit carries the spec's keys and no key the spec does not give the MCP shape."""
+    assert set(result.structured()) == {"context", "hits", "warnings"}
+    for hit in result.hits:
+        assert set(hit) >= MCP_HIT_KEYS, hit
+        assert set(hit) <= MCP_HIT_KEYS | MCP_HIT_OPTIONAL_KEYS, hit
+        assert hit.get("truncated_in_context", True) is True
+
+
+def left_out(result: RecallResult, i: int) -> bool:
+    """The i-th hit has no block in the context (its id is nowhere in the text)."""
+    return f"id {short_id(result.hits[i]['node_id'])}" not in result.context
 
 
 # =====================================================================================
@@ -175,9 +206,8 @@ def test_golden_pillar_and_canonical(pillar: Session) -> None:
     ]
     assert result.hits[0]["is_canonical"] is True and result.hits[0]["blast_radius"] == 8
     assert result.hits[1]["blast_radius"] is None
-    assert all(
-        "included_in_context" not in h and "truncated_in_context" not in h for h in result.hits
-    )
+    assert all("truncated_in_context" not in h for h in result.hits)
+    assert_mcp_shape(result)
 
 
 def test_pillar_threshold_is_a_knob(pillar: Session) -> None:
@@ -240,8 +270,9 @@ def test_golden_truncated_first_hit() -> None:
         "[truncated: 40 tokens left out; lambo_inspect 00000001 for the full concept]"
     )
     first, second = result.hits
-    assert first["truncated_in_context"] is True and "included_in_context" not in first
-    assert second["included_in_context"] is False and "truncated_in_context" not in second
+    assert first["truncated_in_context"] is True
+    assert "truncated_in_context" not in second and left_out(result, 1)
+    assert_mcp_shape(result)  # the hit left out carries no key (included_in_context is not ours)
     assert first["content"] == long_text  # hits keep the full text
 
 
@@ -258,11 +289,12 @@ def test_golden_budget_edge_through_recall() -> None:
     exact = (2 * len(both.encode()) + 6) // 7
     result = ask(session, "lease", max_tokens=exact, traversal_depth=0)
     assert result.context == both
-    assert all("included_in_context" not in h for h in result.hits)
+    assert_mcp_shape(result)
     ACCESS_COUNTS.drain(session)  # the first recall's accesses would raise the scores
     result = ask(session, "lease", max_tokens=exact - 1, traversal_depth=0)
     assert result.context == both.split("\n\n")[0]
-    assert result.hits[1]["included_in_context"] is False
+    assert left_out(result, 1) and "truncated_in_context" not in result.hits[1]
+    assert_mcp_shape(result)
 
 
 # =====================================================================================
@@ -1091,7 +1123,8 @@ def test_truncation_keeps_contradiction_lines_in_warnings() -> None:
     result = ask(session, "user schema", top_k=1, traversal_depth=0, max_tokens=40)
     assert "⚠" not in result.context and result.context.startswith("user schema")
     assert result.hits[0].get("truncated_in_context") is True
-    assert result.hits[1]["included_in_context"] is False
+    assert left_out(result, 1)
+    assert_mcp_shape(result)
     assert len(result.warnings) == 3
 
 

@@ -22,7 +22,7 @@ from lambo_core.selection import SelectionRules
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
 from lambo_core.writes import WritePipeline
-from tests.test_recall import T0, Mem, minilm, nid
+from tests.test_recall import T0, Mem, assert_mcp_shape, minilm, nid
 
 __all__ = ["minilm"]  # a module-scoped fixture shared with test_recall
 
@@ -45,6 +45,7 @@ def ask(
         holder=holder,
     )
     ACCESS_COUNTS.drain(session)  # so one recall's hits do not raise the next one's scores
+    assert_mcp_shape(result)
     return result
 
 
