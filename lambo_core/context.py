@@ -23,13 +23,19 @@ The rules (spec: "When the top hit is longer than max_tokens"):
 
 An optional ``header`` (the dependency-question line) goes before the first
 block when it fits beside it; it is dropped, never cut, when it does not.
+
+An optional ``notice`` (a recall that ran without its vector leg says so) is
+the first line, ahead of everything: the blocks (and any header) get what is
+left of the budget after it and the blank line, under the rules above. It
+counts toward ``max_tokens`` too, so a budget too small for the notice alone
+leaves it out (it is still in the recall's warnings).
 """
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .model import short_id
 
@@ -105,13 +111,27 @@ class Rendered:
     included: tuple[bool, ...]
     truncated: int | None = None
     header_shown: bool = False
+    notice_shown: bool = False
 
 
 def render_context(
-    blocks: Sequence[HitBlock], max_tokens: int, *, header: str | None = None
+    blocks: Sequence[HitBlock],
+    max_tokens: int,
+    *,
+    header: str | None = None,
+    notice: str | None = None,
 ) -> Rendered:
     """Render ``blocks`` in rank order within ``max_tokens`` (see the module doc)."""
     budget = byte_budget(max_tokens)
+    if notice is None or utf8_len(notice) > budget:
+        return _render(blocks, budget, header)
+    body = _render(blocks, budget - utf8_len(notice) - len(SEPARATOR), header)
+    context = notice + SEPARATOR + body.context if body.context else notice
+    return replace(body, context=context, notice_shown=True)
+
+
+def _render(blocks: Sequence[HitBlock], budget: int, header: str | None) -> Rendered:
+    """The blocks (and header) within ``budget`` bytes."""
     texts = [block.text() for block in blocks]
     sizes = [utf8_len(text) for text in texts]
     if not blocks:

@@ -14,9 +14,12 @@ A recall runs in this order:
    - keyword: the store's BM25 (FTS5, or the RAM index) over the query with
      function words left out, up to ``top_k * 4`` hits;
    - vector: cosine of the query's embedding against the session's matrix,
-     up to ``top_k * 4`` hits; only when the session embeds and the model has
-     loaded (a read never waits for a loading model: it runs without this
-     leg and says so in a warning);
+     up to ``top_k * 4`` hits; only when the session embeds. A model still
+     loading is waited for up to ``[recall] model_wait_ms`` (no lock held);
+     a recall that goes on without this leg (the model still loading, missing
+     or failed) says so in a warning and in the context's first line
+     (``VectorSkipped``), so an agent reading only the text knows its hits
+     are keyword-only and whether retrying shortly can help;
    - recent: the concepts of the 3 most recent interactions at a fixed 0.5,
      at most ``top_k * 4`` of them.
 
@@ -155,6 +158,26 @@ VECTOR_LOADING_WARNING = (
     "recall: the vector leg was skipped because the embedding model is still loading; "
     "these hits come from keyword matching and recent interactions only"
 )
+# The context's first line when the vector leg did not run: what it means for the hits,
+# why, and whether retrying helps.
+KEYWORD_ONLY_NOTICE = (
+    "Keyword-only recall: {why}, so these hits match your words, not their meaning, and a "
+    "memory worded differently may be missing; {then}."
+)
+NOTICE_LOADING = KEYWORD_ONLY_NOTICE.format(
+    why="the embedding model is still loading", then="retry shortly for semantic matches"
+)
+NOTICE_MISSING = KEYWORD_ONLY_NOTICE.format(
+    why="this server has no usable embedding model (not installed or misconfigured)",
+    then="retrying will not help until the operator installs one (lambo_stats: embedder missing)",
+)
+NOTICE_FAILED = KEYWORD_ONLY_NOTICE.format(
+    why="the embedding model failed to load",
+    then=(
+        "retrying will not help until the operator fixes it and restarts the serve "
+        "(lambo_stats: embedder failed)"
+    ),
+)
 
 
 # =====================================================================================
@@ -177,6 +200,8 @@ class RecallDefaults:
     selection: SelectionRules = field(default_factory=SelectionRules)
     # [embedder] suspected_supersession_line: auto (where measured), on, off
     supersession_line: str = "auto"
+    # [recall] model_wait_ms: how long a recall waits for a model still loading
+    model_wait_ms: int = 3000
 
     @classmethod
     def from_config(cls, config: Config) -> RecallDefaults:
@@ -188,6 +213,7 @@ class RecallDefaults:
             edge_min_age_s=float(config.get("canonization.edge_min_age_s")),
             selection=SelectionRules.from_config(config),
             supersession_line=str(config.get("embedder.suspected_supersession_line")),
+            model_wait_ms=int(config.get("recall.model_wait_ms")),
         )
 
 
@@ -333,19 +359,33 @@ class _LegCache:
 _LEG_CACHES: PerOwner[SessionIndex, _LegCache] = PerOwner(_LegCache)
 
 
-def _vector_state(session: Session) -> tuple[Any, str | None]:
-    """(the embedder or None, a warning when the leg is skipped for a reason worth saying)."""
+@dataclass(frozen=True)
+class VectorSkipped:
+    """Why a recall of a session that embeds ran without its vector leg."""
+
+    warning: str  # in warnings
+    notice: str  # the context's first line
+
+
+def _vector_state(session: Session, wait_s: float) -> tuple[Any, VectorSkipped | None]:
+    """(the embedder or None, why the leg is skipped when the session embeds).
+
+    A model still loading is waited for up to ``wait_s`` seconds. The caller
+    holds no lock: writes and other reads go on meanwhile.
+    """
     if not session.embeds:
         return None, None
     try:
-        return session.embedder(0.0), None
+        return session.embedder(wait_s), None
     except EmbedderLoading:
-        return None, VECTOR_LOADING_WARNING
+        return None, VectorSkipped(VECTOR_LOADING_WARNING, NOTICE_LOADING)
     except LamboError as exc:
-        return None, (
+        missing = session.plan.problem is not None  # no model to load; else its load failed
+        warning = (
             f"recall: the vector leg was skipped ({exc.message}); these hits come from "
             "keyword matching and recent interactions only"
         )
+        return None, VectorSkipped(warning, NOTICE_MISSING if missing else NOTICE_FAILED)
 
 
 def _keyword_leg(index: SessionIndex, query: str, depth: int) -> list[tuple[str, float]]:
@@ -872,9 +912,9 @@ def recall(
         if anchor is not None:
             return _dependency_answer(session, request, anchor, defaults, now, monotonic_now)
 
-    embedder, vector_warning = (None, None)
+    embedder, skipped_leg = (None, None)
     if LEG_VECTOR in legs:
-        embedder, vector_warning = _vector_state(session)
+        embedder, skipped_leg = _vector_state(session, defaults.model_wait_ms / 1000.0)
     depth = request.top_k * CANDIDATES_PER_HIT
     cache_key = (
         graph.version,
@@ -958,8 +998,10 @@ def recall(
             skipped=selection.skipped,
         )
 
-    warnings = [vector_warning] if vector_warning else []
-    return _finish(session, request, blocks, hits, warnings + lines, header=None)
+    if skipped_leg is not None:
+        lines.insert(0, skipped_leg.warning)
+    notice = skipped_leg.notice if skipped_leg is not None else None
+    return _finish(session, request, blocks, hits, lines, header=None, notice=notice)
 
 
 # =====================================================================================
@@ -1351,8 +1393,9 @@ def _finish(
     warnings: list[str],
     *,
     header: str | None,
+    notice: str | None = None,
 ) -> RecallResult:
-    rendered = render_context(blocks, request.max_tokens, header=header)
+    rendered = render_context(blocks, request.max_tokens, header=header, notice=notice)
     # The MCP shape marks only the cut hit (included_in_context is the detailed recall's).
     if rendered.truncated is not None:
         hits[rendered.truncated]["truncated_in_context"] = True

@@ -15,6 +15,7 @@ from lambo_core.context import (
     truncate_block,
     utf8_len,
 )
+from lambo_core.recall import NOTICE_LOADING
 from lambo_core.selection import Skipped, also_label
 
 ID_A = "ddbc8bc8-52ed-465b-9a2a-b0066bda51ad"
@@ -308,3 +309,59 @@ def test_header_is_dropped_rather_than_the_first_block() -> None:
 
 def test_header_alone_when_there_are_no_hits() -> None:
     assert render_context([], 500, header=HEADER).context == HEADER
+
+
+# -- the notice (a recall without its vector leg says so first) --------------------------------
+
+NOTICE = NOTICE_LOADING
+
+
+def test_the_notice_is_the_first_line_then_the_blocks() -> None:
+    rendered = render_context([PLAIN, SMALL], 500, notice=NOTICE)
+    assert rendered.context == NOTICE + "\n\n" + PLAIN.text() + "\n\n" + SMALL.text()
+    assert rendered.notice_shown and rendered.included == (True, True)
+    assert render_context([], 500, notice=NOTICE).context == NOTICE
+
+
+def test_the_notice_counts_toward_the_budget_and_blocks_get_the_rest() -> None:
+    both = NOTICE + "\n\n" + PLAIN.text() + "\n\n" + SMALL.text()
+    exact = estimate_tokens(both)
+    assert render_context([PLAIN, SMALL], exact, notice=NOTICE).context == both
+    tighter = render_context([PLAIN, SMALL], exact - 1, notice=NOTICE)
+    assert tighter.context == NOTICE + "\n\n" + PLAIN.text()
+    assert tighter.included == (True, False) and estimate_tokens(tighter.context) <= exact - 1
+
+
+def test_after_the_notice_a_first_block_too_big_is_cut_within_what_is_left() -> None:
+    budget = estimate_tokens(NOTICE) + 45
+    rendered = render_context([PILLAR, SMALL], budget, notice=NOTICE)
+    first, rest = rendered.context.split("\n\n")
+    assert first == NOTICE
+    assert rest == (
+        "user schema owns… [Entity, canonical] (score 1.44, id 3f9c2a10, blast radius 8)\n"
+        "[truncated: 63 tokens left out; lambo_inspect 3f9c2a10 for the full concept]"
+    )
+    assert rendered.truncated == 0 and rendered.included == (True, False)
+    assert estimate_tokens(rendered.context) <= budget
+
+
+def test_the_notice_goes_before_a_header() -> None:
+    rendered = render_context([PLAIN], 500, header=HEADER, notice=NOTICE)
+    assert rendered.context == NOTICE + "\n\n" + HEADER + "\n\n" + PLAIN.text()
+    assert rendered.notice_shown and rendered.header_shown
+
+
+def test_the_notice_alone_when_nothing_else_fits_and_none_when_it_does_not_fit() -> None:
+    just = estimate_tokens(NOTICE)
+    alone = render_context([PLAIN], just, notice=NOTICE)
+    assert alone.context == NOTICE and alone.included == (False,) and alone.notice_shown
+    # a budget too small for the notice itself renders as without it
+    small = render_context([PLAIN], just - 1, notice=NOTICE)
+    assert small == render_context([PLAIN], just - 1) and not small.notice_shown
+
+
+@pytest.mark.parametrize("tokens", range(1, 130, 3))
+def test_a_context_with_the_notice_never_exceeds_the_budget(tokens: int) -> None:
+    rendered = render_context([PILLAR, SMALL], tokens, notice=NOTICE)
+    assert estimate_tokens(rendered.context) <= tokens
+    assert rendered.notice_shown == rendered.context.startswith(NOTICE)

@@ -31,6 +31,9 @@ from lambo_core.model import (
     short_id,
 )
 from lambo_core.recall import (
+    NOTICE_FAILED,
+    NOTICE_LOADING,
+    NOTICE_MISSING,
     VECTOR_LOADING_WARNING,
     Candidate,
     LegResults,
@@ -830,15 +833,24 @@ def test_recall_while_the_model_loads_is_keyword_only_and_says_so(tmp_path: Path
     mem.write([(nid(1), "stdio wire check", "entity")])
     session = mem.session(plan=plan)
     assert session.embeds
+    no_wait = RecallDefaults(model_wait_ms=0)
     try:
-        result = ask(session, "stdio wire check")  # returns at once: the read does not wait
+        result = recall(session, {"agent_id": "a", "query": "stdio wire check"}, defaults=no_wait)
+        assert_mcp_shape(result)
         assert result.warnings == [VECTOR_LOADING_WARNING]
+        # the text an agent reads says so first, and what to do
+        notice, block = result.context.split("\n\n")
+        assert notice == NOTICE_LOADING
+        assert notice.startswith("Keyword-only recall: the embedding model is still loading")
+        assert notice.endswith("retry shortly for semantic matches.")
+        assert block.startswith("stdio wire check [Entity] (score ")
         assert contents(result) == ["stdio wire check"]
         assert result.hits[0]["node_id"] == nid(1)
     finally:
         release.set()
     assert lazy.wait(30)
-    assert ask(session, "stdio wire check").warnings == []
+    ready = recall(session, {"agent_id": "a", "query": "stdio wire check"}, defaults=no_wait)
+    assert ready.warnings == [] and ready.context.startswith("stdio wire check [Entity]")
 
 
 def test_a_missing_model_leaves_the_vector_leg_out_with_a_warning(tmp_path: Path) -> None:
@@ -851,6 +863,26 @@ def test_a_missing_model_leaves_the_vector_leg_out_with_a_warning(tmp_path: Path
         "recall: the vector leg was skipped (no model installed); these hits come from "
         "keyword matching and recent interactions only"
     ]
+    assert result.context.split("\n")[0] == NOTICE_MISSING
+    assert "retrying will not help until the operator installs one" in NOTICE_MISSING
+
+
+def test_a_model_that_failed_to_load_says_so_first(tmp_path: Path) -> None:
+    def load() -> Embedder:
+        raise ConfigError("the model files are damaged")
+
+    lazy = LazyEmbedder(load).start()
+    assert not lazy.wait(30) and lazy.error is not None
+    plan = EmbedderPlan(lazy=lazy, contract=make_contract("fake", "fixed", 4))
+    mem = Mem(SqliteStore(tmp_path / "r.db"))
+    mem.write([(nid(1), "stdio wire check", "entity")])
+    result = ask(mem.session(plan=plan), "stdio wire")
+    assert contents(result) == ["stdio wire check"]
+    assert result.warnings[0].startswith(
+        "recall: the vector leg was skipped (the model files are damaged)"
+    )
+    assert result.context.split("\n")[0] == NOTICE_FAILED
+    assert NOTICE_FAILED.startswith("Keyword-only recall: the embedding model failed to load")
 
 
 @pytest.fixture(scope="module")
