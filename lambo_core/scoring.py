@@ -44,13 +44,24 @@ class AccessCounter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: weakref.WeakKeyDictionary[Session, Counter[str]] = weakref.WeakKeyDictionary()
+        # When (time.monotonic) the oldest count not yet in the store was recorded:
+        # what lambo_stats' flush_lag_ms measures.
+        self._since: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()
 
     def record(self, session: Session, node_ids: Iterable[str]) -> None:
         with self._lock:
             counts = self._counts.get(session)
             if counts is None:
                 counts = self._counts[session] = Counter()
+            before = len(counts)
             counts.update(node_ids)
+            if len(counts) > before and session not in self._since:
+                self._since[session] = time.monotonic()
+
+    def pending_since(self, session: Session) -> float | None:
+        """The monotonic time the oldest unflushed count was recorded, or None."""
+        with self._lock:
+            return self._since.get(session)
 
     def pending(self, session: Session, node_id: str) -> int:
         with self._lock:
@@ -67,15 +78,22 @@ class AccessCounter:
         """Take every count recorded for ``session`` (the counter starts again from zero)."""
         with self._lock:
             counts = self._counts.pop(session, None)
+            self._since.pop(session, None)
         return dict(counts) if counts else {}
 
-    def restore(self, session: Session, counts: Mapping[str, int]) -> None:
-        """Give back counts a failed flush took, so the next flush writes them."""
+    def restore(
+        self, session: Session, counts: Mapping[str, int], since: float | None = None
+    ) -> None:
+        """Give back counts a failed flush took, so the next flush writes them; ``since`` is
+        when the oldest of them was recorded (their age keeps counting)."""
         with self._lock:
             held = self._counts.get(session)
             if held is None:
                 held = self._counts[session] = Counter()
             held.update(counts)
+            if held:
+                earliest = [t for t in (since, self._since.get(session)) if t is not None]
+                self._since[session] = min(earliest) if earliest else time.monotonic()
 
 
 ACCESS_COUNTS = AccessCounter()

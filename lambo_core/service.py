@@ -30,7 +30,7 @@ from .model import Status
 from .recall import RecallDefaults, recall
 from .receipts import WAIT_MS_MAX, ReceiptView, render_line, render_piggyback, to_structured
 from .saints import run_saints
-from .session import Session
+from .session import Session, describe_contract
 from .stale import run_stale
 from .text import check_agent_id, check_string
 from .writes import WritePipeline
@@ -234,11 +234,8 @@ class MemoryService:
             "concept_count": concepts,
             "edge_count": edges,
             "interaction_count": interactions,
-            # Applied writes are committed as they apply and intents before the ack,
-            # so nothing waits for a flush: the store holds every acked write.
-            "flush_lag_ms": 0.0,
-            "dead_lettered": 0,
-            "degraded": False,
+            # Measured by the writer: the write-behind's age, its drops, store refusals.
+            **self.pipeline.health_keys(),
             "promotion_policy": self._policy,
             # the daemon's own counters; 0 where no daemon runs (no cycle has run)
             "canonization_cycles": 0,
@@ -282,8 +279,7 @@ class MemoryService:
                 f"{p['canonical_count']} canonical, {p['canonization_cycles']} cycles",
                 gc_line(p["gc"]),
                 # The summary ends with the embedding facts (the spec's last line).
-                f"embedding: {{kind: {contract['kind']}, model: {contract['model']}, "
-                f"dim: {contract['dim']}}}; modalities {modalities}; "
+                f"embedding: {describe_contract(dict(contract))}; modalities {modalities}; "
                 f"embedder {p['embedder_state']}",
             ]
         )

@@ -80,7 +80,10 @@ def contracts_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def describe_contract(c: dict[str, Any]) -> str:
-    return f"{{kind: {c.get('kind')}, model: {c.get('model')}, dim: {c.get('dim')}}}"
+    """``{kind: onnx, model: minilm, dim: 384}``; a missing model reads ``null``, as in JSON."""
+    model = c.get("model")
+    shown = "null" if model is None else model
+    return f"{{kind: {c.get('kind')}, model: {shown}, dim: {c.get('dim')}}}"
 
 
 def _durable_receipts(store: Store) -> Any:

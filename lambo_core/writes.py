@@ -34,11 +34,9 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import statistics
 import threading
 import time
 import unicodedata
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +54,7 @@ from .contradiction import DEFAULT_EDGE_MIN_AGE_S, StaleReport, stale_dependents
 from .embed.base import Embedder
 from .embed.onnx import EmbedderLoading
 from .errors import LamboError, StoreError, internal_fault
+from .health import MAX_FLUSH_ATTEMPTS, StoreHealth
 from .index.graph import SessionGraph
 from .matching import merge_forbidden
 from .model import (
@@ -72,6 +71,7 @@ from .model import (
     new_id,
     short_id,
 )
+from .rates import PROBE_CONCEPTS, WriteRates, run_probe
 from .receipts import ReceiptState, ReceiptView, render_line
 from .references import refuse_changed, still_names
 from .scoring import ACCESS_COUNTS
@@ -83,7 +83,6 @@ log = logging.getLogger(__name__)
 COOCCURRENCE_PAIRS_PER_CALL = 10
 COOCCURRENCE_WEIGHT = 0.5
 MERGE_CANDIDATES = 8
-APPLY_SAMPLES = 256
 ACCESS_FLUSH_INTERVAL_S = 1.0  # write-behind of recall access counts
 # Replacement candidates (spec: lambo_derive, "Replacement candidates").
 REPLACEABLE_TYPES = frozenset({ConceptType.LOGIC, ConceptType.CONSTRAINT, ConceptType.OBSERVATION})
@@ -280,6 +279,41 @@ class _TransientFailure(LamboError):
         return self.message
 
 
+class _HandedOn(Exception):
+    """The session is stopping while this write waits for the model: it is not attempted
+    here, and the stop hands it on as a durable intent."""
+
+
+STORE_REFUSED_WRITE = (
+    "the store refused this write (the detail is in the serve's log); its intent is kept, so "
+    "the next server on this session replays it"
+)
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """What a clean stop did with the writes it had not applied."""
+
+    worker_stopped: bool  # False: a write was still being applied when the budget ran out
+    flushed: bool  # the final flush completed (and the session was healthy and held)
+    deferred: int  # this server's writes handed on as durable intents (intent_durable)
+    unflushed: int  # this server's writes the stop could not vouch for (close_unflushed)
+    replays_left: int  # an earlier server's intents still owed, left for the next one
+    elapsed_s: float
+
+    def summary(self) -> str:
+        line = (
+            f"stopped in {self.elapsed_s:.1f} s: {self.deferred} write(s) handed on as durable "
+            f"intents (intent_durable), {self.unflushed} close_unflushed, {self.replays_left} "
+            "replay(s) left owed"
+        )
+        if not self.flushed:
+            line += "; the final flush did not complete"
+        if not self.worker_stopped:
+            line += "; a write was still being applied when the shutdown budget ran out"
+        return line
+
+
 class WritePipeline:
     """One session's write queue and its apply worker."""
 
@@ -296,9 +330,13 @@ class WritePipeline:
         self._admit_lock = threading.Lock()
         self._queue: queue.Queue[WriteIntent | None] = queue.Queue()
         self._thread: threading.Thread | None = None
-        # Ack to applied (what a wait_ms must cover), and the worker's own time per write.
-        self._apply_ms: deque[float] = deque(maxlen=APPLY_SAMPLES)
-        self._work_ms: deque[float] = deque(maxlen=APPLY_SAMPLES)
+        self._probe: threading.Thread | None = None
+        self.rates = WriteRates()
+        self.health = StoreHealth(session.name, session.clock)
+        # Set by close(): the worker finishes the write in hand and takes no other.
+        self._stopping = threading.Event()
+        self._handed_on: WriteIntent | None = None  # the write the worker gave back at stop
+        self._flush_failures = 0  # consecutive refusals of the write-behind batch
         self._lock = threading.Lock()
         self.replayed = 0
         self.replay_owed = 0
@@ -310,8 +348,9 @@ class WritePipeline:
         self.every(ACCESS_FLUSH_INTERVAL_S, self.flush_access_counts)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> WritePipeline:
-        """Queue intents a previous server left owed, then start the worker."""
+    def start(self, *, probe: bool = False) -> WritePipeline:
+        """Queue intents a previous server left owed, then start the worker (and, with
+        ``probe``, the startup probe of the embedder once the model has loaded)."""
         owed = self.session.store.pending_intents(self.session.name)
         with self._lock:
             self.replay_owed = len(owed)
@@ -323,14 +362,102 @@ class WritePipeline:
             target=self._run, name=f"lambo-apply-{self.session.name}", daemon=True
         )
         self._thread.start()
+        if probe and self.session.embeds and self.session.plan.lazy is not None:
+            self._probe = threading.Thread(
+                target=self._run_probe, name=f"lambo-probe-{self.session.name}", daemon=True
+            )
+            self._probe.start()
         return self
 
-    def close(self, timeout: float = 15.0) -> None:
-        """Stop taking writes; apply what is queued within ``timeout``, leave the rest durable."""
-        self.session.receipts.close()
-        self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def close(
+        self, timeout: float = 15.0, *, lease_held: Callable[[], bool] | None = None
+    ) -> StopReport:
+        """A clean stop within ``timeout`` seconds, handing on what was not applied.
+
+        Admission closes (later writes answer dropped, closing); the worker finishes
+        the write it is applying and takes no other; the write-behind is flushed; and
+        every write of this server left unapplied is settled ``intent_durable`` (its
+        intent is in the store and the next server replays it) when the flush completed,
+        the store was taking writes and ``lease_held()`` says the lease is still this
+        server's, else ``close_unflushed``. A flush that fails is retried until the
+        budget ends, and one that then completes turns those receipts intent_durable.
+        The caller keeps the lease until this returns, and gives it up only when
+        ``worker_stopped``.
+        """
+        started = time.monotonic()
+        deadline = started + timeout
+        receipts = self.session.receipts
+        receipts.close()
+        with self._admit_lock:
+            pass  # an admission already past its receipt has queued its intent now
+        self._stopping.set()
+        self._queue.put(None)  # wakes a worker waiting for work
+        # Leave a little of the budget for the flush and the receipts.
+        reserve = min(1.0, timeout / 4)
+        worker = self._thread
+        if worker is not None:
+            worker.join(max(0.0, deadline - reserve - time.monotonic()))
+        stopped = worker is None or not worker.is_alive()
+        left = self._take_unapplied(include_handed_on=stopped)
+        own = [i for i in left if not i.payload.get("_replay")]
+        flushed = self._final_flush(deadline, lease_held)
+        state = ReceiptState.INTENT_DURABLE if flushed else ReceiptState.CLOSE_UNFLUSHED
+        for intent in own:
+            receipts.settle(intent.receipt_id, state)
+        # A retried flush that completes vouches for them after all.
+        if not flushed and own and self._retry_flush(deadline, lease_held):
+            flushed = True
+            for intent in own:
+                receipts.settle(intent.receipt_id, ReceiptState.INTENT_DURABLE)
+        probe = self._probe
+        if probe is not None:
+            probe.join(max(0.0, deadline - time.monotonic()))
+        return StopReport(
+            worker_stopped=stopped,
+            flushed=flushed,
+            deferred=len(own) if flushed else 0,
+            unflushed=0 if flushed else len(own),
+            replays_left=len(left) - len(own),
+            elapsed_s=time.monotonic() - started,
+        )
+
+    def _take_unapplied(self, *, include_handed_on: bool) -> list[WriteIntent]:
+        """Every queued write the worker will not apply, in the order they were acked."""
+        left: list[WriteIntent] = []
+        handed_on, self._handed_on = self._handed_on, None
+        if include_handed_on and handed_on is not None:
+            left.append(handed_on)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                left.append(item)
+                with self._idle:
+                    self._in_flight -= 1
+                    self._idle.notify_all()
+        return left
+
+    def _final_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
+        """Whether the stop can vouch for the intents it hands on: the write-behind flushed,
+        the store taking writes, the lease still this server's."""
+        if lease_held is not None and not lease_held():
+            log.warning(
+                "session %s: the lease passed to another writer before the stop",
+                self.session.name,
+            )
+            return False
+        return self._flush_write_behind(final=True) and not self.health.degraded
+
+    def _retry_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
+        pause = 0.1
+        while time.monotonic() + pause < deadline:
+            time.sleep(pause)
+            if self._final_flush(deadline, lease_held):
+                return True
+            pause = min(pause * 2, 1.0)
+        return False
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until every queued write has been applied or failed (tests, shutdown)."""
@@ -360,8 +487,8 @@ class WritePipeline:
                     raise ValueError(f"not a write tool: {tool}")
             receipt = session.receipts.issue(admitted.agent_id, session.name, tool)
             if receipt.state is not ReceiptState.PENDING:
-                summary = f"nothing was written: {receipt.detail}"
-                return render_ack(summary, receipt, admitted.agent_id)
+                # the receipt line says why ("nothing was written: your lane of 64 …")
+                return render_ack("this call was not queued", receipt, admitted.agent_id)
             assert receipt.receipt_id is not None
             intent = WriteIntent(
                 receipt_id=receipt.receipt_id,
@@ -373,13 +500,23 @@ class WritePipeline:
             )
             try:
                 intent = session.store.add_intent(intent)
-            except LamboError:
+            except LamboError as exc:
                 session.receipts.withdraw(receipt.receipt_id)
-                raise
+                if not isinstance(exc, StoreError):
+                    raise
+                self.health.refused("a write's intent", exc.detail or exc.message)
+                raise StoreError(
+                    f"{exc.message}; {self.health.note()}", detail=exc.detail
+                ) from None
             with self._lock:
                 self._in_flight += 1
             self._queue.put(intent)
-        return render_ack(admitted.summary, receipt, admitted.agent_id)
+        ack = render_ack(admitted.summary, receipt, admitted.agent_id)
+        note = self.health.note()
+        if note is not None:  # admitted, but the store has been refusing this session's writes
+            ack.text += f"\nwarning: {note}"
+            ack.structured["warnings"].append(note)
+        return ack
 
     # -- the worker ------------------------------------------------------------------------
     def every(
@@ -415,17 +552,18 @@ class WritePipeline:
         return max(0.0, min(ACCESS_FLUSH_INTERVAL_S, soonest - time.monotonic()))
 
     def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
+            waiting = self._queue.qsize() > 0  # the next write follows the last back to back
             try:
                 intent = self._queue.get(timeout=self._next_wait())
             except queue.Empty:
+                self.rates.idle()
                 self._run_due()
                 continue
             if intent is None:
-                self.flush_access_counts()
-                return
+                continue  # close() woke us: the loop's test says whether to stop
             try:
-                self._apply_one(intent)
+                self._apply_one(intent, back_to_back=waiting)
             finally:
                 with self._idle:
                     self._in_flight -= 1
@@ -436,34 +574,59 @@ class WritePipeline:
             self._run_due()
 
     def flush_access_counts(self) -> int:
-        """Write the access counts recalls left in RAM behind, on this (the writer's) thread.
+        """Write the access counts recalls left in RAM behind, on this (the writer's) thread;
+        how many concepts' counts were written."""
+        return self._flush_write_behind()[1]
 
-        Recalls never write to the store; their counts are batched here about
-        once a second. A failed flush hands the counts back for the next one.
+    def _flush_write_behind(self, *, final: bool = False) -> tuple[bool, int]:
+        """(whether nothing is left unflushed, how many concepts' counts were written).
+
+        Recalls never write to the store; their counts are batched here about once a
+        second. A refused flush hands the counts back for the next one, until the same
+        batch has been refused MAX_FLUSH_ATTEMPTS times in a row: then it is dropped
+        (dead-lettered) so the lag says what is really owed. The final flush of a stop
+        never dead-letters: its failure is what close_unflushed reports.
         """
+        since = ACCESS_COUNTS.pending_since(self.session)
         counts = ACCESS_COUNTS.drain(self.session)
         if not counts:
-            return 0
+            return True, 0
         try:
             self.session.store.add_access_counts(self.session.name, counts)
         except LamboError as exc:
-            log.warning("access counts not flushed (kept for the next flush): %s", exc.detail)
-            ACCESS_COUNTS.restore(self.session, counts)
-            return 0
+            self._flush_failures += 1
+            self.health.refused("the write-behind of access counts", exc.detail or exc.message)
+            if self._flush_failures >= MAX_FLUSH_ATTEMPTS and not final:
+                self._flush_failures = 0
+                self.health.dead_letter(f"the access counts of {len(counts)} concept(s)")
+                return True, 0
+            ACCESS_COUNTS.restore(self.session, counts, since)
+            return False, 0
+        self._flush_failures = 0
+        self.health.wrote()
         with self.session.index.lock:
             for node_id, n in counts.items():
                 concept = self.session.index.graph.concept(node_id)
                 if concept is not None:
                     concept.access_count += n
-        return len(counts)
+        return True, len(counts)
 
-    def _apply_one(self, intent: WriteIntent) -> None:
+    def flush_lag_ms(self) -> float:
+        """Age of the oldest change the store does not hold yet (0 when none waits)."""
+        since = ACCESS_COUNTS.pending_since(self.session)
+        return 0.0 if since is None else max(0.0, (time.monotonic() - since) * 1000.0)
+
+    def _apply_one(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
         session = self.session
         replay = bool(intent.payload.get("_replay"))
         payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
         started = time.monotonic()
         try:
-            vectors = self._embed(payload)
+            try:
+                vectors = self._embed(payload)
+            except _HandedOn:
+                self._handed_on = intent  # the stop settles it with the rest of the queue
+                return
             with session.index.lock:
                 plan = self._plan(intent, payload, vectors)
             if any(c.vector is not None for c in plan.batch.concepts):
@@ -471,7 +634,7 @@ class WritePipeline:
             outcome = self._outcome(plan)
             plan.batch.intent_receipt_id = intent.receipt_id
             plan.batch.intent_outcome = _durable_outcome(outcome)
-            session.store.apply(plan.batch)
+            self._commit(plan.batch)
             try:
                 session.index.apply(plan.batch)
             except Exception:  # committed: the write happened; the RAM copy catches up on open
@@ -495,12 +658,26 @@ class WritePipeline:
                 self.replay_owed -= 1
             else:
                 self.applied += 1
-                self._apply_ms.append((session.clock.now() - intent.created_at) * 1000.0)
-                self._work_ms.append(elapsed_ms)
+        if not replay:
+            self.rates.applied(
+                (session.clock.now() - intent.created_at) * 1000.0,
+                elapsed_ms,
+                queue_was_busy=back_to_back,
+            )
         log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
         session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
+
+    def _commit(self, batch: WriteBatch) -> None:
+        """The one store transaction of a write; a refusal by the store itself (not by a
+        rule of the write) keeps the intent for the next server and degrades the session."""
+        try:
+            self.session.store.apply(batch)
+        except LamboError as exc:
+            self.health.refused("an applied write", exc.detail or exc.message)
+            raise _TransientFailure(STORE_REFUSED_WRITE, detail=exc.detail) from None
+        self.health.wrote()
 
     def _fail(
         self, intent: WriteIntent, exc: LamboError, *, keep_intent: bool, replay: bool
@@ -517,6 +694,7 @@ class WritePipeline:
                     intent.receipt_id, "failed", {"detail": detail}, session.clock.now()
                 )
             except LamboError as store_exc:
+                self.health.refused("the record of a failed write", store_exc.detail or "")
                 log.warning(
                     "could not record the failure of %s: %s", intent.receipt_id, store_exc.detail
                 )
@@ -539,11 +717,26 @@ class WritePipeline:
         targets += [d["ref"] for d in payload["depends_on"] if not d.get("node_id")]
         return [payload["action"], *targets]
 
+    def _wait_for_embedder(self) -> Embedder:
+        """The loaded embedder, waiting for a loading one (up to ``embed_wait_s``) in short
+        slices, so that a stop is never held up behind a model load."""
+        wait_s = self._embed_wait_s
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            if self._stopping.is_set():
+                raise _HandedOn
+            left = 0.1 if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return self.session.embedder(min(0.1, left))
+            except EmbedderLoading:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
     def _embed(self, payload: dict[str, Any]) -> list[Vector] | None:
         if not self.session.embeds:
             return None
         try:
-            embedder: Embedder = self.session.embedder(self._embed_wait_s)
+            embedder: Embedder = self._wait_for_embedder()
         except EmbedderLoading:
             raise _TransientFailure(
                 "the embedder did not finish loading in time", detail="embedder still loading"
@@ -651,33 +844,48 @@ class WritePipeline:
         if report.total:
             outcome["detail"] += "\n" + "\n".join(_stale_lines(report))
 
+    # -- the startup probe ---------------------------------------------------------------
+    def _run_probe(self) -> None:
+        """Time a representative write's embedding once the model has loaded (rates.py)."""
+        lazy = self.session.plan.lazy
+        assert lazy is not None
+        while not self._stopping.is_set():
+            if lazy.ready or lazy.error is not None:
+                break
+            lazy.wait(0.1)
+        if self._stopping.is_set() or not lazy.ready:
+            return
+        embedder = lazy.get()
+        texts = self._texts_to_embed(
+            {
+                "kind": "derive",
+                "concepts": [{"content": c} for c in PROBE_CONCEPTS],
+                "parent_of": [],
+            }
+        )
+        try:
+            serial, wide = run_probe(embedder.embed, texts, self._stopping)
+        except Exception:  # telemetry: a failing probe leaves the keys unmeasured
+            log.exception("session %s: the startup probe failed", self.session.name)
+            return
+        self.rates.probed(serial, wide)
+        log.info(
+            "session %s: startup probe: %s writes/s one at a time, %s four at once",
+            self.session.name,
+            f"{serial:.1f}" if serial is not None else "n/a",
+            f"{wide:.1f}" if wide is not None else "n/a",
+        )
+
     # -- lambo_stats -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """The write_queue_* keys, with honest values."""
+        """The write_queue_* keys, every figure measured (or null until it is)."""
         book = self.session.receipts.stats()
         with self._lock:
-            samples = sorted(self._apply_ms)
-            work = list(self._work_ms)
             replayed, owed = self.replayed, self.replay_owed
-        p50 = statistics.median(samples) if samples else None
-        p90 = samples[min(len(samples) - 1, int(0.9 * len(samples)))] if samples else None
-        # Writes one worker applies per second, from its own time per write (not the
-        # ack-to-applied time, which also counts the wait behind queued writes).
-        work_p50 = statistics.median(work) if work else None
-        serial_rate = (1000.0 / work_p50) if work_p50 else None
         keys: dict[str, Any] = {
             "write_queue_bound": book.bound,
             "write_queue_lane_bound": book.lane_bound,
-            "write_queue_measured": bool(samples),
-            "write_queue_bound_source": "observed" if samples else "unmeasured",
-            "write_queue_items_per_sec": None,
-            "write_queue_serial_items_per_sec": serial_rate,
-            "write_queue_probe_serial_items_per_sec": None,
-            "write_queue_probe_optimism": None,
-            "write_queue_apply_samples": len(samples),
-            "write_queue_apply_ms_p50": p50,
-            "write_queue_apply_ms_p90": p90,
-            "write_queue_apply_ms_max": samples[-1] if samples else None,
+            **self.rates.keys(),
             "write_queue_outstanding": book.outstanding,
             "write_queue_accepted": book.accepted,
             "write_queue_applied": book.applied,
@@ -691,6 +899,14 @@ class WritePipeline:
             "receipts_retained": book.receipts_retained,
         }
         return keys
+
+    def health_keys(self) -> dict[str, Any]:
+        """flush_lag_ms, dead_lettered and degraded, as lambo_stats reports them."""
+        return {
+            "flush_lag_ms": round(self.flush_lag_ms(), 3),
+            "dead_lettered": self.health.dead_lettered,
+            "degraded": self.health.degraded,
+        }
 
 
 class _Builder:

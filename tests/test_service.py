@@ -93,7 +93,8 @@ def test_stats_reports_every_always_present_key(service: MemoryService) -> None:
     assert body["promotion_policy"] == "Swarm"
     assert body["embedding_contract"] == {"kind": "none", "model": None, "dim": 0}
     assert body["gc"] == {"last_gc_at": None, "last_gc_epoch": 0, "last_sweep": None}
-    assert "embedding: {kind: none" in result.texts[0]
+    assert "embedding: {kind: none, model: null, dim: 0}" in result.texts[0]
+    assert "None" not in result.texts[0]
 
 
 def test_receipt_states_through_stats(service: MemoryService) -> None:

@@ -210,8 +210,10 @@ def test_lane_bound_drops_with_a_clear_receipt(tmp_path: Path, minilm: OnnxEmbed
         assert derive(pipeline, c(f"x{i}")).structured["receipt_state"] == "pending"
     ack = derive(pipeline, c("one too many"))
     assert ack.structured["receipt_state"] == "dropped"
-    assert ack.structured["summary"].startswith("nothing was written")
-    assert "64" in ack.structured["summary"]
+    # one "nothing was written", on the receipt line that says which bound refused it
+    assert ack.structured["summary"] == "this call was not queued"
+    assert ack.text.count("nothing was written") == 1
+    assert "dropped — nothing was written: your lane of 64 outstanding writes" in ack.text
     assert len(store.pending_intents("s")) == 64
     # Another agent still has its own lane.
     assert derive(pipeline, c("other"), agent="agent-b").structured["receipt_state"] == "pending"

@@ -1,0 +1,121 @@
+"""Whether a session's store is taking its writes: ``degraded``, ``dead_lettered``, flush lag.
+
+Spec: lambo_stats (flush_lag_ms, dead_lettered, degraded) and "What a crash
+can lose". In lambo an acked write's intent is committed before the ack and an
+applied write in the transaction that applies it, so the only change the store
+can be behind on is the write-behind of recall access counts
+(``scoring.ACCESS_COUNTS``): ``flush_lag_ms`` is the age of the oldest count
+not yet flushed, 0 when none waits.
+
+``StoreHealth`` is owned by the session's write pipeline, which reports each
+store write it makes:
+
+- ``refused``: the store rejected a write (an intent, an applied batch, a
+  write-behind flush). The session is then ``degraded`` until one of its own
+  writes (an applied batch or a flush) goes through again, and every write
+  says so: an ack carries a warning line, a refusal a sentence.
+- ``dead_letter``: a write-behind batch the store kept refusing was dropped
+  (``MAX_FLUSH_ATTEMPTS`` consecutive failures). Its counts are lost, so the
+  lag falls back while ``dead_lettered`` rises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from .clock import Clock
+from .text import format_rfc3339
+
+log = logging.getLogger(__name__)
+
+#: consecutive refusals of one write-behind batch before it is dropped (about 5 s at the
+#: 1 s flush interval): long enough to ride out a lock held by another process, short
+#: enough that the lag bounds a real loss
+MAX_FLUSH_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Degraded:
+    since: float  # the session clock's time of the first refusal in this run of them
+    what: str  # which write was refused, in words ("an applied write", "the write-behind")
+
+
+class StoreHealth:
+    """Refusals and drops of one session's store writes, read by lambo_stats and acks."""
+
+    def __init__(self, session_name: str, clock: Clock) -> None:
+        self._session = session_name
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._degraded: Degraded | None = None
+        self._dead_lettered = 0
+        self._refusals = 0
+
+    @property
+    def degraded(self) -> bool:
+        with self._lock:
+            return self._degraded is not None
+
+    @property
+    def dead_lettered(self) -> int:
+        with self._lock:
+            return self._dead_lettered
+
+    @property
+    def refusals(self) -> int:
+        """Store writes refused since this server started (each logged)."""
+        with self._lock:
+            return self._refusals
+
+    def refused(self, what: str, detail: str) -> None:
+        """The store rejected ``what``; ``detail`` goes to the log only."""
+        with self._lock:
+            self._refusals += 1
+            first = self._degraded is None
+            if first:
+                self._degraded = Degraded(self._clock.now(), what)
+        if first:
+            log.error(
+                "session %s: degraded: the store refused %s (%s); writes say so until the "
+                "store takes this session's writes again",
+                self._session,
+                what,
+                detail,
+            )
+        else:
+            log.warning("session %s: the store refused %s (%s)", self._session, what, detail)
+
+    def wrote(self) -> None:
+        """One of the session's own writes (an applied batch, a flush) reached the store."""
+        with self._lock:
+            was, self._degraded = self._degraded, None
+        if was is not None:
+            log.warning(
+                "session %s: no longer degraded: the store takes writes again", self._session
+            )
+
+    def dead_letter(self, what: str) -> None:
+        with self._lock:
+            self._dead_lettered += 1
+            total = self._dead_lettered
+        log.error(
+            "session %s: dropped %s after %d refusals by the store (dead_lettered %d)",
+            self._session,
+            what,
+            MAX_FLUSH_ATTEMPTS,
+            total,
+        )
+
+    def note(self) -> str | None:
+        """The sentence every write carries while the session is degraded, else None."""
+        with self._lock:
+            state = self._degraded
+        if state is None:
+            return None
+        return (
+            f"this session is degraded: the store has refused its writes since "
+            f"{format_rfc3339(state.since)} ({state.what} first); lambo_stats shows degraded and "
+            "flush_lag_ms until it takes writes again"
+        )
