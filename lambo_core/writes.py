@@ -296,6 +296,7 @@ class StopReport:
 
     worker_stopped: bool  # False: a write was still being applied when the budget ran out
     flushed: bool  # the final flush completed (and the session was healthy and held)
+    applied: int  # this server's own writes applied before the stop (all of its run)
     deferred: int  # this server's writes handed on as durable intents (intent_durable)
     unflushed: int  # this server's writes the stop could not vouch for (close_unflushed)
     replays_left: int  # an earlier server's intents still owed, left for the next one
@@ -303,9 +304,9 @@ class StopReport:
 
     def summary(self) -> str:
         line = (
-            f"stopped in {self.elapsed_s:.1f} s: {self.deferred} write(s) handed on as durable "
-            f"intents (intent_durable), {self.unflushed} close_unflushed, {self.replays_left} "
-            "replay(s) left owed"
+            f"stopped in {self.elapsed_s:.1f} s: {self.applied} write(s) applied, "
+            f"{self.deferred} handed on as durable intents (intent_durable), "
+            f"{self.unflushed} close_unflushed, {self.replays_left} replay(s) left owed"
         )
         if not self.flushed:
             line += "; the final flush did not complete"
@@ -412,9 +413,12 @@ class WritePipeline:
         probe = self._probe
         if probe is not None:
             probe.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            applied = self.applied
         return StopReport(
             worker_stopped=stopped,
             flushed=flushed,
+            applied=applied,
             deferred=len(own) if flushed else 0,
             unflushed=0 if flushed else len(own),
             replays_left=len(left) - len(own),

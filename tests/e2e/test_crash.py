@@ -2,68 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from lambo_core.model import IntentState
 from lambo_core.store import SqliteStore
-from tests.e2e.conftest import lambo_argv, serve_env
+from tests.e2e.raw_serve import RawServe
 
 N = 500
-
-
-class RawServe:
-    """A `lambo serve` process spoken to in raw JSON-RPC lines (fast enough for 500 calls)."""
-
-    def __init__(self, home: Path, store: Path) -> None:
-        argv = [*lambo_argv(), "serve", "--session", "crash", "--store", str(store)]
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=serve_env(home),
-            cwd=home,
-        )
-        self.next_id = 0
-        self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "crash-test", "version": "1"},
-            },
-        )
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, "serve closed its stdout"
-        return dict(json.loads(line))
-
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        while True:
-            message = self.read()
-            if message.get("id") == self.next_id:
-                return message
-
-    def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        reply = self.request("tools/call", {"name": tool, "arguments": arguments})
-        result = reply["result"]
-        assert not result["isError"], result
-        return dict(result["structuredContent"])
 
 
 def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) -> None:

@@ -1,0 +1,215 @@
+"""A clean stop of the write pipeline: what it applies, what it hands on, what it reports.
+
+Real SQLite and the real MiniLM; the embedder is gated where a test must hold the worker
+inside a write, and the store made to refuse writes where a test needs a failing flush.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lambo_core.embed.onnx import LazyEmbedder, OnnxEmbedder
+from lambo_core.model import IntentState
+from lambo_core.receipts import ReceiptState
+from lambo_core.scoring import ACCESS_COUNTS
+from lambo_core.session import EmbedderPlan, Session
+from lambo_core.store import SqliteStore
+from lambo_core.writes import StopReport, WritePipeline
+from tests.flaky_store import FlakyStore
+
+S = ReceiptState
+DEADLINE_S = 30.0  # a failure bound for anything that waits on another thread
+
+
+class GatedEmbedder:
+    """MiniLM, but each embed call waits until the test opens the gate."""
+
+    def __init__(self, inner: OnnxEmbedder) -> None:
+        self.inner = inner
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def embed(self, texts: Any) -> Any:
+        self.entered.set()
+        assert self.gate.wait(DEADLINE_S), "the test never opened the gate"
+        return self.inner.embed(texts)
+
+
+def derive(p: WritePipeline, content: str, agent: str = "agent-a") -> str:
+    ack = p.submit(
+        "lambo_derive",
+        {"agent_id": agent, "concepts": [{"content": content, "concept_type": "logic"}]},
+    )
+    assert ack.structured["receipt_state"] == "pending", ack.text
+    return str(ack.structured["receipt"])
+
+
+def state(p: WritePipeline, receipt: str, agent: str = "agent-a") -> ReceiptState:
+    return p.session.receipts.lookup(receipt, agent, p.session.name).state
+
+
+def close_in_thread(p: WritePipeline, **kw: Any) -> tuple[threading.Thread, list[StopReport]]:
+    reports: list[StopReport] = []
+    thread = threading.Thread(target=lambda: reports.append(p.close(**kw)))
+    thread.start()
+    return thread, reports
+
+
+def test_stop_finishes_the_write_in_hand_and_hands_the_rest_on(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    path = tmp_path / "s.db"
+    gated = GatedEmbedder(minilm)
+    p = WritePipeline(Session.open(SqliteStore(path), "s", EmbedderPlan.ready(gated))).start()
+    receipts = [derive(p, f"queued fact {i}", agent=f"agent-{i % 4}") for i in range(40)]
+    assert gated.entered.wait(DEADLINE_S)  # the worker is inside the first write
+    thread, reports = close_in_thread(p, timeout=DEADLINE_S)
+    while not p.session.receipts.closing:
+        time.sleep(0.001)
+    late = p.submit(
+        "lambo_derive",
+        {"agent_id": "x", "concepts": [{"content": "late", "concept_type": "logic"}]},
+    )
+    assert late.structured["receipt_state"] == "dropped"  # admission is closed
+    gated.gate.set()
+    thread.join(DEADLINE_S)
+    (report,) = reports
+    assert report.worker_stopped and report.flushed
+    assert (report.applied, report.deferred, report.unflushed) == (1, 39, 0)
+    agents = [f"agent-{i % 4}" for i in range(40)]
+    assert state(p, receipts[0], agents[0]) is S.APPLIED
+    assert {state(p, r, a) for r, a in zip(receipts[1:], agents[1:], strict=True)} == {
+        S.INTENT_DURABLE
+    }
+    stats = p.stats()
+    assert (stats["write_queue_deferred"], stats["write_queue_abandoned"]) == (39, 0)
+    assert stats["write_queue_dropped_closed"] == 1
+    p.session.store.close()
+
+    # The next server replays them; each receipt answers applied_after_restart there.
+    nxt = WritePipeline(Session.open(SqliteStore(path), "s", EmbedderPlan.ready(minilm))).start()
+    try:
+        assert nxt.replay_owed == 39
+        for receipt, agent in zip(receipts, agents, strict=True):
+            view = nxt.session.receipts.wait(receipt, agent, "s", 34_000)
+            assert view.state is S.APPLIED_AFTER_RESTART, view
+        contents = sorted(c.content for c in nxt.session.store.concepts("s"))
+        assert contents == sorted(f"queued fact {i}" for i in range(40))
+    finally:
+        nxt.close()
+
+
+def test_a_write_waiting_for_the_model_is_handed_on_not_failed(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    loaded = threading.Event()
+
+    def load() -> Any:
+        assert loaded.wait(DEADLINE_S)
+        return minilm
+
+    plan = EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract)
+    p = WritePipeline(Session.open(SqliteStore(tmp_path / "m.db"), "s", plan)).start()
+    receipts = [derive(p, f"fact {i}") for i in range(3)]
+    report = p.close(timeout=DEADLINE_S)
+    loaded.set()
+    assert report.worker_stopped and (report.applied, report.deferred) == (0, 3)
+    assert [state(p, r) for r in receipts] == [S.INTENT_DURABLE] * 3
+    assert p.stats()["write_queue_failed"] == 0
+    assert [i.state for i in p.session.store.pending_intents("s")] == [IntentState.PENDING] * 3
+
+
+def test_a_refused_final_flush_answers_close_unflushed(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    store = FlakyStore(SqliteStore(tmp_path / "f.db"))
+    p = WritePipeline(Session.open(store, "s", EmbedderPlan.ready(minilm)))  # no worker
+    queued = [derive(p, f"queued {i}") for i in range(3)]
+    ACCESS_COUNTS.record(p.session, ["a-recalled-concept"])  # the write-behind owes a flush
+    store.refuse.add("add_access_counts")  # the disk filled up, and stays full
+    report = p.close(timeout=1.0)
+    try:
+        assert not report.flushed and (report.deferred, report.unflushed) == (0, 3)
+        assert [state(p, r) for r in queued] == [S.CLOSE_UNFLUSHED] * 3
+        assert p.stats()["write_queue_abandoned"] == 3
+        assert "final flush did not complete" in report.summary()
+        # the final flush never dead-letters: what it owed is still owed
+        assert ACCESS_COUNTS.pending(p.session, "a-recalled-concept") == 1
+    finally:
+        ACCESS_COUNTS.drain(p.session)
+
+
+def test_a_retried_final_flush_that_completes_turns_them_intent_durable(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    store = FlakyStore(SqliteStore(tmp_path / "r.db"))
+    p = WritePipeline(Session.open(store, "s", EmbedderPlan.ready(minilm))).start()
+    first = derive(p, "an applied fact")
+    assert p.session.receipts.wait(first, "agent-a", "s", 30_000).state is S.APPLIED
+    gate = GatedEmbedder(minilm)
+    p.session.plan = EmbedderPlan.ready(gate)  # hold the worker out of the queue
+    queued = [derive(p, f"queued {i}") for i in range(3)]
+    assert gate.entered.wait(DEADLINE_S)
+    ACCESS_COUNTS.record(p.session, [c.id for c in p.session.store.concepts("s")])
+    store.refuse.add("add_access_counts")
+    store.times["add_access_counts"] = 2  # the first two flushes fail, then it recovers
+    thread, reports = close_in_thread(p, timeout=DEADLINE_S)
+    gate.gate.set()
+    thread.join(DEADLINE_S)
+    (report,) = reports
+    assert report.flushed and (report.deferred, report.unflushed) == (2, 0)
+    assert store.refused["add_access_counts"] == 2
+    assert state(p, queued[0]) is S.APPLIED
+    assert [state(p, r) for r in queued[1:]] == [S.INTENT_DURABLE] * 2
+    stats = p.stats()
+    assert (stats["write_queue_deferred"], stats["write_queue_abandoned"]) == (2, 0)
+
+
+def test_a_lease_passed_to_another_writer_answers_close_unflushed(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    p = WritePipeline(Session.open(SqliteStore(tmp_path / "l.db"), "s", EmbedderPlan.ready(minilm)))
+    queued = [derive(p, f"queued {i}") for i in range(2)]
+    report = p.close(timeout=0.5, lease_held=lambda: False)
+    assert not report.flushed and report.unflushed == 2
+    assert [state(p, r) for r in queued] == [S.CLOSE_UNFLUSHED] * 2
+
+
+def test_a_write_still_applying_past_the_budget_is_reported(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    gated = GatedEmbedder(minilm)
+    p = WritePipeline(Session.open(SqliteStore(tmp_path / "b.db"), "s", EmbedderPlan.ready(gated)))
+    p.start()
+    in_hand, *rest = [derive(p, f"fact {i}") for i in range(3)]
+    assert gated.entered.wait(DEADLINE_S)
+    report = p.close(timeout=0.2)
+    try:
+        assert not report.worker_stopped
+        assert "shutdown budget ran out" in report.summary()
+        # the rest are handed on; the one in hand is neither, until the worker ends it
+        assert state(p, in_hand) is S.PENDING
+        assert [state(p, r) for r in rest] == [S.INTENT_DURABLE] * 2
+    finally:
+        gated.gate.set()
+        assert p._thread is not None
+        p._thread.join(DEADLINE_S)
+    assert state(p, in_hand) is S.APPLIED
+
+
+@pytest.mark.parametrize("budget", [0.5, 15.0])
+def test_an_idle_pipeline_stops_at_once_and_reports_nothing_owed(
+    tmp_path: Path, minilm: OnnxEmbedder, budget: float
+) -> None:
+    p = WritePipeline(Session.open(SqliteStore(tmp_path / "i.db"), "s", EmbedderPlan.ready(minilm)))
+    report = p.start().close(timeout=budget)
+    assert report.worker_stopped and report.flushed
+    assert (report.applied, report.deferred, report.unflushed, report.replays_left) == (0, 0, 0, 0)
