@@ -1,0 +1,149 @@
+"""The write queue's rate keys: the startup probe and the observed rates, never stand-ins."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lambo_core.embed.onnx import OnnxEmbedder
+from lambo_core.rates import OBSERVED_MIN, PROBE_CONCEPTS, PROBE_ROUNDS, WriteRates, run_probe
+from lambo_core.receipts import ReceiptState
+from lambo_core.session import EmbedderPlan, Session
+from lambo_core.store import SqliteStore
+from lambo_core.writes import WritePipeline
+
+DEADLINE_S = 60.0
+
+
+def test_unmeasured_until_something_measures() -> None:
+    keys = WriteRates().keys()
+    assert keys["write_queue_measured"] is False
+    assert keys["write_queue_bound_source"] == "unmeasured"
+    for name in (
+        "write_queue_items_per_sec",
+        "write_queue_serial_items_per_sec",
+        "write_queue_probe_serial_items_per_sec",
+        "write_queue_probe_optimism",
+        "write_queue_apply_ms_p50",
+    ):
+        assert keys[name] is None, name
+
+
+def test_probe_then_observed_and_the_optimism_between_them() -> None:
+    rates = WriteRates()
+    rates.probed(200.0, 500.0)
+    keys = rates.keys()
+    assert keys["write_queue_bound_source"] == "probe" and keys["write_queue_measured"]
+    # while the source is probe, the rate in force is the probe's own figure
+    assert (
+        keys["write_queue_serial_items_per_sec"] == keys["write_queue_probe_serial_items_per_sec"]
+    )
+    assert keys["write_queue_items_per_sec"] == 500.0
+    assert keys["write_queue_probe_optimism"] is None
+
+    for _ in range(OBSERVED_MIN - 1):
+        rates.applied(30.0, 20.0, queue_was_busy=False)
+    assert rates.keys()["write_queue_bound_source"] == "probe"
+    rates.applied(30.0, 20.0, queue_was_busy=False)
+    keys = rates.keys()
+    assert keys["write_queue_bound_source"] == "observed"
+    assert keys["write_queue_serial_items_per_sec"] == 50.0  # 1000 / 20 ms
+    assert keys["write_queue_probe_serial_items_per_sec"] == 200.0  # kept beside it
+    assert keys["write_queue_probe_optimism"] == 4.0  # 200 / 50
+    # no back-to-back applies seen: the drain rate is not measured
+    assert keys["write_queue_items_per_sec"] is None
+    assert keys["write_queue_apply_samples"] == OBSERVED_MIN
+    assert keys["write_queue_apply_ms_p50"] == 30.0
+
+
+def test_the_drain_rate_is_measured_over_back_to_back_applies() -> None:
+    rates = WriteRates()
+    for _ in range(OBSERVED_MIN + 1):
+        rates.applied(10.0, 5.0, queue_was_busy=True)
+    rate = rates.keys()["write_queue_items_per_sec"]
+    assert rate is not None and rate > 0
+
+
+def test_run_probe_times_serial_rounds_and_four_at_once() -> None:
+    calls: list[list[str]] = []
+    lock = threading.Lock()
+
+    def embed(texts: list[str]) -> None:
+        with lock:
+            calls.append(texts)
+
+    serial, wide = run_probe(embed, ["a", "b"], threading.Event())
+    assert serial is not None and serial > 0
+    assert wide is not None and wide > 0
+    assert len(calls) == PROBE_ROUNDS + 4 and all(c == ["a", "b"] for c in calls)
+
+
+def test_run_probe_stops_early_and_says_what_it_did_not_measure() -> None:
+    stop = threading.Event()
+    stop.set()
+    assert run_probe(lambda texts: None, ["a"], stop) == (None, None)
+
+    def slow(texts: list[str]) -> None:
+        time.sleep(0.05)
+
+    # a budget the serial rounds use up: the four-wide figure is not measured
+    serial, wide = run_probe(slow, ["a"], threading.Event(), budget_s=0.01)
+    assert serial is not None and wide is None
+
+
+def test_probe_concepts_are_representative() -> None:
+    assert len(PROBE_CONCEPTS) == 2
+    for text in PROBE_CONCEPTS:
+        assert 300 <= len(text.encode()) <= 380
+
+
+def test_a_serve_pipeline_probes_the_real_model_and_then_observes(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    session = Session.open(SqliteStore(tmp_path / "p.db"), "s", EmbedderPlan.ready(minilm))
+    pipeline = WritePipeline(session).start(probe=True)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not pipeline.rates.probe_ran:
+            assert time.monotonic() < deadline, "the probe never finished"
+            time.sleep(0.01)
+        keys = pipeline.stats()
+        assert keys["write_queue_bound_source"] == "probe"
+        assert keys["write_queue_probe_serial_items_per_sec"] > 0
+        assert (
+            keys["write_queue_serial_items_per_sec"]
+            == keys["write_queue_probe_serial_items_per_sec"]
+        )
+        receipts = [
+            pipeline.submit(
+                "lambo_derive",
+                {
+                    "agent_id": "a",
+                    "concepts": [{"content": f"observed fact {i}", "concept_type": "logic"}],
+                },
+            ).structured["receipt"]
+            for i in range(OBSERVED_MIN)
+        ]
+        for receipt in receipts:
+            assert session.receipts.wait(receipt, "a", "s", 30_000).state is ReceiptState.APPLIED
+        keys = pipeline.stats()
+        assert keys["write_queue_bound_source"] == "observed"
+        assert keys["write_queue_serial_items_per_sec"] > 0
+        assert keys["write_queue_probe_optimism"] == pytest.approx(
+            keys["write_queue_probe_serial_items_per_sec"]
+            / keys["write_queue_serial_items_per_sec"],
+            rel=0.01,
+        )
+    finally:
+        pipeline.close()
+
+
+def test_a_one_shot_pipeline_does_not_probe(tmp_path: Path, minilm: OnnxEmbedder) -> None:
+    session = Session.open(SqliteStore(tmp_path / "o.db"), "s", EmbedderPlan.ready(minilm))
+    pipeline = WritePipeline(session).start()
+    pipeline.close()
+    assert not pipeline.rates.probe_ran
+    assert pipeline.stats()["write_queue_bound_source"] == "unmeasured"
