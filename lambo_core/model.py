@@ -200,6 +200,8 @@ class Lease:
     heartbeat_at: float
     expires_at: float
     token: int  # fencing token, grows on every takeover
+    #: where the holder published its hub socket: None not yet, "" nowhere (it could not)
+    socket: str | None = None
 
 
 @dataclass

@@ -150,3 +150,29 @@ def test_opening_a_version_1_file_upgrades_it_with_data_intact(tmp_path: Path) -
     # the FTS rows written by version 1's triggers still answer
     assert [n for n, _ in store.keyword_index("old").search("heartbeat", 5)] == [A]
     store.close()
+
+
+def test_a_version_3_lease_row_upgrades_with_no_socket_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    conn = connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    assert migrate(conn, upto=3) == [1, 2, 3]
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(session_leases)")}
+    assert "socket" not in columns  # really the older schema
+    conn.execute(
+        "INSERT INTO session_leases(session, holder, pid, agent, acquired_at, heartbeat_at, "
+        "expires_at, token) VALUES ('s', 'serve@host#7', 7, 'serve', ?, ?, ?, 3)",
+        (T0, T0, T0 + 45),
+    )
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert 4 in store.migrations_applied
+        lease = store.get_lease("s")
+        assert lease is not None and lease.socket is None and lease.token == 3
+        assert lease.holder == "serve@host#7" and lease.expires_at == T0 + 45
+        assert store.record_lease_socket("s", 3, "/tmp/lambo-7/lambo-x.sock") is True
+        again = store.get_lease("s")
+        assert again is not None and again.socket == "/tmp/lambo-7/lambo-x.sock"
+    finally:
+        store.close()

@@ -31,6 +31,7 @@ from lambo_core.model import (
 from lambo_core.store import MemoryStore, SqliteStore, Store, open_store, provision_store
 from lambo_core.store.base import EDGE_WEIGHT_CAP
 from lambo_core.store.migrations import LATEST_VERSION
+from lambo_core.store.sqlite import read_lease
 
 S = "sess"
 T0 = 1_700_000_000.0
@@ -728,6 +729,29 @@ def test_lease_renew_and_release_need_the_current_token(store: Store) -> None:
     assert store.renew_lease(S, held.token, T0 + 21, 45) is False  # the old holder is fenced
 
 
+def test_the_holder_records_its_socket_with_its_lease(store: Store) -> None:
+    held = store.acquire_lease(lease("a@host#1", T0 + 45), T0)
+    assert held is not None and held.socket is None  # not published yet
+    assert store.record_lease_socket(S, held.token, "/run/x/lambo/lambo-1.sock") is True
+    got = store.get_lease(S)
+    assert got is not None and got.socket == "/run/x/lambo/lambo-1.sock"
+    assert store.renew_lease(S, held.token, T0 + 15, 45) is True  # a heartbeat keeps it
+    got = store.get_lease(S)
+    assert got is not None and got.socket == "/run/x/lambo/lambo-1.sock"
+    assert store.record_lease_socket(S, held.token, "") is True  # published nowhere
+    got = store.get_lease(S)
+    assert got is not None and got.socket == ""
+    # a stale token records nothing; a new acquisition starts with no socket
+    assert store.record_lease_socket(S, held.token + 1, "/elsewhere.sock") is False
+    assert store.record_lease_socket("unleased", 1, "/elsewhere.sock") is False
+    store.release_lease(S, held.token)
+    taken = store.acquire_lease(lease("b@host#2", T0 + 100), T0 + 20)
+    assert taken is not None and taken.socket is None
+    got = store.get_lease(S)
+    assert got is not None and got.socket is None and got.holder == "b@host#2"
+    assert store.record_lease_socket(S, held.token, "/old-holder.sock") is False  # fenced
+
+
 def test_leases_are_per_session(store: Store) -> None:
     assert store.acquire_lease(lease("a@h#1", T0 + 45, session="s1"), T0) is not None
     other = store.acquire_lease(lease("b@h#2", T0 + 45, session="s2"), T0)
@@ -735,6 +759,27 @@ def test_leases_are_per_session(store: Store) -> None:
 
 
 # -- factory and SQLite-only rules -------------------------------------------------------
+
+
+def test_read_lease_reads_a_store_file_without_creating_anything(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "x.db"
+    assert read_lease(missing, S) is None
+    assert not (tmp_path / "no").exists()
+    path = tmp_path / "x.db"
+    store = SqliteStore(path)
+    try:
+        assert read_lease(path, S) is None  # no lease yet
+        held = store.acquire_lease(lease("a@host#1", T0 + 45), T0)
+        assert held is not None
+        store.record_lease_socket(S, held.token, "/tmp/lambo-1/lambo-a.sock")
+        assert read_lease(path, S) == store.get_lease(S)
+        assert read_lease(path, "other") is None
+    finally:
+        store.close()
+    plain = tmp_path / "not-a-store.db"
+    plain.write_bytes(b"not sqlite at all")
+    assert read_lease(plain, S) is None
+    assert plain.read_bytes() == b"not sqlite at all"
 
 
 def test_open_store(db_path: Path) -> None:

@@ -117,4 +117,10 @@ class Store(Protocol):
 
     def release_lease(self, session: str, token: int) -> None: ...
 
+    def record_lease_socket(self, session: str, token: int, socket: str) -> bool:
+        """Record where the holder of lease ``token`` published its hub socket ("" for
+        nowhere); False, changing nothing, when the token is no longer current. A new
+        acquisition starts with no socket recorded (None)."""
+        ...
+
     def get_lease(self, session: str) -> Lease | None: ...

@@ -382,6 +382,15 @@ class MemoryStore:
             if lease is not None and lease.token == token:
                 lease.expires_at = 0.0
 
+    def record_lease_socket(self, session: str, token: int, socket: str) -> bool:
+        """Record where the holder of lease ``token`` published; False if not current."""
+        with self._lock:
+            lease = self._leases.get(session)
+            if lease is None or lease.token != token:
+                return False
+            lease.socket = socket
+            return True
+
     def get_lease(self, session: str) -> Lease | None:
         with self._lock:
             lease = self._leases.get(session)

@@ -199,6 +199,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX edges_session_eid ON edges(session, eid)",
         ),
     ),
+    Migration(
+        4,
+        "session_leases.socket: where the holder published its hub socket, so a serve in "
+        "any environment finds it",
+        ("ALTER TABLE session_leases ADD COLUMN socket TEXT",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -74,7 +74,7 @@ _EDGE_COLUMNS = (
 _INTENT_COLUMNS = (
     "receipt_id, session, agent_id, tool, payload, created_at, seq, state, settled_at, outcome"
 )
-_LEASE_COLUMNS = "session, holder, pid, agent, acquired_at, heartbeat_at, expires_at, token"
+_LEASE_COLUMNS = "session, holder, pid, agent, acquired_at, heartbeat_at, expires_at, token, socket"
 
 
 def vector_to_blob(vector: Vector | None) -> bytes | None:
@@ -541,7 +541,7 @@ class SqliteStore:
             stored = replace(lease, token=(row[2] if row is not None else 0) + 1)
             conn.execute(
                 f"INSERT OR REPLACE INTO session_leases({_LEASE_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 _lease_row(stored),
             )
         return stored
@@ -567,11 +567,49 @@ class SqliteStore:
                 (session, token),
             )
 
+    def record_lease_socket(self, session: str, token: int, socket: str) -> bool:
+        """Record where the holder of lease ``token`` published ("" for nowhere).
+
+        False (nothing changed) when the token is no longer the current one.
+        """
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE session_leases SET socket = ? WHERE session = ? AND token = ?",
+                (socket, session, token),
+            )
+            return cur.rowcount == 1
+
     def get_lease(self, session: str) -> Lease | None:
         rows = self._read(
             f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session = ?", (session,)
         )
         return _lease(rows[0]) if rows else None
+
+
+def read_lease(path: Path, session: str) -> Lease | None:
+    """The session's lease in the store file at ``path``, read without opening the store.
+
+    For a caller that must not create or migrate anything (the CLI looking for
+    a hub): the file is opened read-only, and a file that does not exist, or
+    cannot answer (an older schema, a lock held too long), gives None.
+    """
+    try:
+        uri = Path(path).resolve().as_uri() + "?mode=ro"
+    except (OSError, ValueError):
+        return None
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error:
+        return None
+    try:
+        row = conn.execute(
+            f"SELECT {_LEASE_COLUMNS} FROM session_leases WHERE session = ?", (session,)
+        ).fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return _lease(row) if row is not None else None
 
 
 # -- rules shared with MemoryStore (it mirrors this store's refusals) ---------------
@@ -695,7 +733,7 @@ def _intent(row: tuple[Any, ...]) -> WriteIntent:
 def _lease_row(lease: Lease) -> tuple[Any, ...]:
     return (
         lease.session, lease.holder, lease.pid, lease.agent, lease.acquired_at,
-        lease.heartbeat_at, lease.expires_at, lease.token,
+        lease.heartbeat_at, lease.expires_at, lease.token, lease.socket,
     )  # fmt: skip
 
 
@@ -709,4 +747,5 @@ def _lease(row: tuple[Any, ...]) -> Lease:
         heartbeat_at=row[5],
         expires_at=row[6],
         token=row[7],
+        socket=row[8],
     )
