@@ -18,6 +18,7 @@ from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
 from .. import __version__
+from .refusals import UNKNOWN_TOOL
 from .tools import DESCRIPTIONS, SCHEMAS, instructions
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def build_server(
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
         if name not in tool_names():
-            raise MCPError(types.INVALID_PARAMS, "unknown tool; call tools/list for the tools")
+            raise MCPError(types.INVALID_PARAMS, UNKNOWN_TOOL)
         result = await handler(name, dict(params.arguments or {}))
         return types.CallToolResult.model_validate(result)
 

@@ -42,9 +42,10 @@ import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from .refusals import INVALID_REQUEST_TEXT, MIB, PARSE_ERROR_TEXT, too_large_text
+
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 MAX_LINE = 4 * MIB
 """The largest request line accepted, in bytes, not counting its newline."""
 CHUNK = 64 * 1024
@@ -244,12 +245,6 @@ def extract_request_id(head: bytes, tail: bytes = b"") -> RequestId | None:
 # --- the transport --------------------------------------------------------------------------
 
 
-def _limit_text(max_line: int) -> str:
-    if max_line % MIB == 0:
-        return f"{max_line // MIB} MiB"
-    return f"{max_line} bytes"
-
-
 def _serialize(message: types.JSONRPCMessage) -> bytes:
     # As the SDK's stdio writer: exclude_unset keeps an explicit "id": null in an error.
     return (message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
@@ -282,10 +277,10 @@ def _reply_to_invalid(line: bytearray) -> bytes | None:
     try:
         obj = pydantic_core.from_json(line)
     except ValueError:
-        return _error(None, types.PARSE_ERROR, "Parse error")
+        return _error(None, types.PARSE_ERROR, PARSE_ERROR_TEXT)
     if not isinstance(obj, dict) or "method" not in obj or "result" in obj or "error" in obj:
         return None
-    return _error(_valid_id(obj.get("id")), types.INVALID_REQUEST, "Invalid Request")
+    return _error(_valid_id(obj.get("id")), types.INVALID_REQUEST, INVALID_REQUEST_TEXT)
 
 
 @contextlib.asynccontextmanager
@@ -305,7 +300,7 @@ async def bounded_message_streams(
     the write stream is written out and the reader is cancelled.
     """
     splitter = LineSplitter(max_line)
-    too_large = f"request too large (over {_limit_text(max_line)})"
+    too_large = too_large_text(max_line)
     write_lock = anyio.Lock()
     output_broken = False
 

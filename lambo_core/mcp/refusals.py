@@ -1,0 +1,44 @@
+"""Refusals answered as JSON-RPC errors (not tool results), one text each.
+
+A request refused before any tool runs (an unknown tool, a line over the
+size limit, a line that is not a request) gets a JSON-RPC error. Stdio
+(``stdio.py``, ``server.py``) and the hub socket (``hub.py``) answer these
+with the same code and the same text, so a client forwarded through another
+serve sees exactly what a client of the hub's own stdio sees.
+"""
+
+from __future__ import annotations
+
+import mcp_types as types
+
+from ..errors import ParameterError
+
+MIB = 1024 * 1024
+
+INVALID_PARAMS = types.INVALID_PARAMS
+INVALID_REQUEST = types.INVALID_REQUEST
+PARSE_ERROR = types.PARSE_ERROR
+
+UNKNOWN_TOOL = "unknown tool; call tools/list for the tools"
+PARSE_ERROR_TEXT = "Parse error"
+INVALID_REQUEST_TEXT = "Invalid Request"
+
+
+def too_large_text(max_line: int) -> str:
+    """The refusal of a request line over ``max_line`` bytes."""
+    if max_line % MIB == 0:
+        return f"request too large (over {max_line // MIB} MiB)"
+    return f"request too large (over {max_line} bytes)"
+
+
+class ProtocolRefusal(ParameterError):
+    """A request refused as a JSON-RPC error ``code`` with ``message``.
+
+    Raised by the hub's forwarder; the MCP layer answers it as that JSON-RPC
+    error, and anything else that catches a ``LamboError`` (the CLI) prints
+    the message like any other parameter refusal.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
