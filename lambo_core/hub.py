@@ -13,25 +13,33 @@ load finish before it exits, so a forwarder whose client leaves right after
 its hub died would otherwise stay up for that load.
 
 Socket directory (spec, "More than one client on one machine"):
-``$XDG_RUNTIME_DIR/lambo``, else ``/tmp/lambo-<uid>``, never TMPDIR. It must be
-a real directory (not a symlink), owned by this uid, mode 700; it is created so
-if missing, and a serve refuses to bind or forward into one that is not.
+``$XDG_RUNTIME_DIR/lambo``, else ``/tmp/lambo-<uid>``, never TMPDIR; a serve
+publishes only there. It must be a real directory (not a symlink), owned by
+this uid, mode 700; it is created so if missing. A serve whose directory is
+not so (or whose socket path would be too long) still serves its own client
+when it holds the session, publishes nothing, and logs why; lambo never binds
+or forwards into such a directory.
 
-Socket name: derived from the session and the store's real path only, so two
-serves of one session and store agree on it whatever their environment. A
-forwarder looks for that name in every directory a holder could have
-published in (``socket_dirs``), its own first, so clients that disagree about
-XDG_RUNTIME_DIR still meet.
+Finding the holder: the holder records its socket's path with its lease
+(``Lease.socket``; "" when it published nowhere), so a serve in any
+environment reads the lease and connects to that path, after checking that its
+directory is safe and that its file name is the one derived from this session
+and store (``socket_name``: the session and the store's real path only). A
+lease that records nothing yet (a holder still opening the session) is also
+looked for under this environment's own directory.
 
 Wire protocol (newline-delimited JSON, one object per line, UTF-8):
 request ``{"id": n, "tool": str, "arguments": {...}, "meta": {...}}``, answer
-``{"id": n, "result": {content, structuredContent, isError}}`` or
-``{"id": n, "error": "..."}``. ``meta`` is carried for later use (a progress
+``{"id": n, "result": {content, structuredContent, isError}}`` or, for a
+request refused before any tool ran, ``{"id": n, "error": {"code": c,
+"message": "..."}}`` with the JSON-RPC code and text stdio answers for the same
+refusal (``mcp/refusals.py``): an unknown tool, a line over ``MAX_LINE``, a
+line that is not a request. ``meta`` is carried for later use (a progress
 token, say); the hub's handler sees only tool and arguments. Requests on one
 connection may overlap; answers come back in completion order, matched by id.
-A request line over ``MAX_LINE`` is discarded unread up to its newline, logged
-with its size only, and answered with ``request too large (over 4 MiB)`` (its
-id when it can be read from the start or the end of the line, else null); the
+A line over ``MAX_LINE`` is discarded unread up to its newline, logged with its
+size only, and answered -32600 ``request too large (over 4 MiB)`` (its id when
+it can be read from the start or the end of the line, else null); the
 connection goes on serving. A line cut off by the end of input is not answered.
 
 Takeover rule (``holder_dead_here``): a lease held by another holder is taken
@@ -55,16 +63,27 @@ import os
 import re
 import socket
 import stat
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from .clock import Clock, SystemClock
 from .errors import ConfigError, ConflictError, LamboError, internal_fault
+from .mcp.refusals import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    INVALID_REQUEST_TEXT,
+    PARSE_ERROR,
+    PARSE_ERROR_TEXT,
+    UNKNOWN_TOOL,
+    ProtocolRefusal,
+    too_large_text,
+)
 from .model import Lease
 from .paths import APP, socket_dir
 from .store.base import Store
+from .store.sqlite import read_lease
 
 log = logging.getLogger("lambo.hub")
 
@@ -78,7 +97,7 @@ MAX_LINE = MAX_REQUEST + 64 * 1024
 MAX_ANSWER_LINE = 64 * 1024 * 1024
 LEASE_TTL = 45.0
 HEARTBEAT = 15.0
-TOO_LARGE = "request too large (over 4 MiB)"
+TOO_LARGE = too_large_text(MAX_REQUEST)
 SOCKET_DIR_ADVICE = "remove the directory or point XDG_RUNTIME_DIR at one you own"
 HUB_GONE_TEXT = (
     "lambo memory is unavailable for this call: the lambo serve that holds this session "
@@ -86,8 +105,22 @@ HUB_GONE_TEXT = (
     "a lambo serve holds the session again (this one is taking it over); carry on "
     "without it rather than waiting."
 )
+#: the holder (its pid filled in) still opening the session: it has published nothing yet
+HOLDER_STARTING_TEXT = (
+    "lambo memory is unavailable for this call: the lambo serve that holds this session "
+    "(pid {pid}) is still opening it, so nothing was read and nothing was written. Memory "
+    "returns once it answers; carry on without it rather than waiting."
+)
+#: the holder (its pid filled in) runs, but no serve can reach its socket
+HOLDER_UNREACHABLE_TEXT = (
+    "lambo memory is unavailable for this call: the lambo serve that holds this session "
+    "(pid {pid}) is alive but its socket cannot be reached, so nothing was read and nothing "
+    "was written. Restart that serve, or stop it so this one can take the session over; "
+    "carry on without memory until then."
+)
 
 Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+ToolNames = Callable[[], Collection[str]]
 Role = Literal["starting", "hub", "forwarder", "electing", "closed"]
 
 _CHUNK = 64 * 1024
@@ -98,6 +131,18 @@ _ID_AT_END = re.compile(rb'"id"\s*:\s*' + _ID_TEXT + rb"\s*\}\s*\Z")
 
 class SocketPathTooLong(ConfigError):
     """The socket path does not fit a Unix socket address: no publishing, no forwarding."""
+
+
+class SocketDirRefused(ConfigError):
+    """A socket directory lambo neither binds nor forwards into (or could not create).
+
+    ``message`` is for the log and names the directory; ``rule`` says what is
+    wrong with it without naming it, for a caller's tool error.
+    """
+
+    def __init__(self, message: str, rule: str, *, detail: str | None = None) -> None:
+        super().__init__(message, detail=detail)
+        self.rule = rule
 
 
 class HubGone(Exception):
@@ -117,6 +162,45 @@ def hub_gone_result() -> dict[str, Any]:
     return tool_error(HUB_GONE_TEXT)
 
 
+def unavailable_result(
+    lease: Lease | None,
+    session: str,
+    store: str | os.PathLike[str] | None,
+    *,
+    own_holder: str,
+    now: float,
+    dir_rule: str | None = None,
+) -> dict[str, Any]:
+    """What a call no hub answered gets, by the state of the session's lease.
+
+    Free, ours (this serve is taking it over) or held by a dead local process:
+    ``hub_gone_result()``. Held by a live holder that recorded no socket yet:
+    it is still opening the session. Otherwise the holder is alive but its
+    socket cannot be reached: restart it or stop it; when a socket directory is
+    the reason (the recorded one's, or this serve's own ``dir_rule`` when the
+    holder published nowhere), the rule it breaks and the fix are added.
+    """
+    if (
+        lease is None
+        or lease_free(lease, now)
+        or lease.holder == own_holder
+        or holder_dead_here(lease)
+    ):
+        return hub_gone_result()
+    if lease.socket is None:
+        return tool_error(HOLDER_STARTING_TEXT.format(pid=lease.pid))
+    text = HOLDER_UNREACHABLE_TEXT.format(pid=lease.pid)
+    rule = None
+    if lease.socket and store is not None:
+        _, recorded_rule = recorded_socket(lease, session, store)
+        rule = f"Its socket directory {recorded_rule}" if recorded_rule else None
+    elif not lease.socket and dir_rule is not None:
+        rule = f"This serve's socket directory {dir_rule}"
+    if rule is not None:
+        text += f" {rule}: {SOCKET_DIR_ADVICE}."
+    return tool_error(text)
+
+
 # --------------------------------------------------------------------------- the socket dir
 
 
@@ -124,38 +208,40 @@ def _current_uid() -> int:
     return os.getuid()
 
 
-def _unsafe_dir(path: Path, reason: str) -> ConfigError:
-    return ConfigError(
+def _unsafe_dir(path: Path, reason: str, rule: str) -> SocketDirRefused:
+    return SocketDirRefused(
         f"the socket directory {path} {reason}; lambo serve neither binds nor forwards into it, "
         "because a socket other local accounts can reach would let them issue writes against "
-        f"your session: {SOCKET_DIR_ADVICE}"
+        f"your session: {SOCKET_DIR_ADVICE}",
+        rule,
     )
 
 
 def check_socket_dir(path: Path) -> bool:
     """True when ``path`` is a safe socket directory, False when it does not exist.
 
-    Raises ``ConfigError`` (with the spec's advice) when it exists and is a
-    symlink, not a directory, not owned by this uid, or not mode 700.
+    Raises ``SocketDirRefused`` (with the spec's advice) when it exists and is
+    a symlink, not a directory, not owned by this uid, or not mode 700.
     """
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise _unsafe_dir(path, "cannot be inspected") from exc
+        raise _unsafe_dir(path, "cannot be inspected", "cannot be inspected") from exc
     uid = _current_uid()
     if stat.S_ISLNK(st.st_mode):
-        reason = "is a symbolic link"
+        reason = rule = "is a symbolic link"
     elif not stat.S_ISDIR(st.st_mode):
-        reason = "is not a directory"
+        reason = rule = "is not a directory"
     elif st.st_uid != uid:
         reason = f"is owned by uid {st.st_uid}, not by you (uid {uid})"
+        rule = "is not owned by you"
     elif stat.S_IMODE(st.st_mode) != 0o700:
-        reason = f"has mode {stat.S_IMODE(st.st_mode):o}, not 700"
+        reason = rule = f"has mode {stat.S_IMODE(st.st_mode):o}, not 700"
     else:
         return True
-    raise _unsafe_dir(path, reason)
+    raise _unsafe_dir(path, reason, rule)
 
 
 def prepare_socket_dir(path: str | os.PathLike[str]) -> Path:
@@ -168,32 +254,20 @@ def prepare_socket_dir(path: str | os.PathLike[str]) -> Path:
     except FileExistsError:
         pass  # another serve created it a moment ago: checked below like any other
     except OSError as exc:
-        raise ConfigError(
+        raise SocketDirRefused(
             f"the socket directory {path} could not be created ({exc.strerror}): "
             f"{SOCKET_DIR_ADVICE}",
+            f"could not be created ({exc.strerror})",
             detail=str(exc),
         ) from exc
     else:
         os.chmod(path, 0o700)  # the umask may have removed bits from our own directory
     if not check_socket_dir(path):
-        raise ConfigError(f"the socket directory {path} vanished while it was being created")
+        raise SocketDirRefused(
+            f"the socket directory {path} vanished while it was being created",
+            "vanished while it was being created",
+        )
     return path
-
-
-def socket_dirs(env: Mapping[str, str] | None = None) -> list[Path]:
-    """Every directory a holder could have published in, this environment's own first.
-
-    The spec's two ($XDG_RUNTIME_DIR/lambo, /tmp/lambo-<uid>), plus the usual
-    systemd runtime dir, so a serve started without XDG_RUNTIME_DIR still finds
-    a holder that had it.
-    """
-    env = os.environ if env is None else env
-    uid = _current_uid()
-    dirs = [socket_dir(env)]
-    for extra in (Path(f"/run/user/{uid}") / APP, Path(f"/tmp/{APP}-{uid}")):
-        if extra not in dirs:
-            dirs.append(extra)
-    return dirs
 
 
 # --------------------------------------------------------------------------- the socket name
@@ -233,32 +307,83 @@ def check_socket_path_length(path: Path) -> Path:
     return path
 
 
-def hub_candidates(
-    session: str, store: str | os.PathLike[str], env: Mapping[str, str] | None = None
-) -> list[Path]:
-    """Published sockets of (session, store) that exist, this environment's own dir first.
+def recorded_socket(
+    lease: Lease | None, session: str, store: str | os.PathLike[str]
+) -> tuple[Path | None, str | None]:
+    """The socket the holder recorded with its lease, if this serve may forward into it.
 
-    Raises ``ConfigError`` when this environment's own socket directory is
-    unsafe (serve refuses to forward). Another candidate directory that is
-    unsafe is skipped with a warning, never forwarded into.
+    ``(path, None)`` when it may. ``(None, rule)`` when its directory is unsafe
+    (``rule``: what is wrong, without the path). ``(None, None)`` when the
+    lease records no socket, or one this serve must not use: not absolute, too
+    long, or a file name other than this session and store's (logged).
+    """
+    if lease is None or not lease.socket:
+        return None, None
+    path = Path(lease.socket)
+    if not path.is_absolute() or path.name != socket_name(session, store):
+        _warn_once(
+            f"hub: the lease of session {session!r} records the socket {path}, which is not "
+            "this session and store's; not forwarding into it"
+        )
+        return None, None
+    try:
+        check_socket_path_length(path)
+        if not check_socket_dir(path.parent):
+            return None, None
+    except SocketDirRefused as exc:
+        _warn_once(f"hub: not forwarding to the holder of session {session!r}: {exc.message}")
+        return None, exc.rule
+    except SocketPathTooLong as exc:
+        _warn_once(f"hub: not forwarding to the holder of session {session!r}: {exc.message}")
+        return None, None
+    return path, None
+
+
+_warned: dict[str, None] = {}
+
+
+def _warn_once(message: str) -> None:
+    """Log ``message`` the first time only: the election looks for the holder every second."""
+    if message in _warned:
+        return
+    _warned[message] = None
+    if len(_warned) > 64:  # bounded: forget the oldest
+        del _warned[next(iter(_warned))]
+    log.warning("%s", message)
+
+
+def hub_candidates(
+    session: str,
+    store: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    lease: Lease | None = None,
+) -> list[Path]:
+    """Sockets where the holder of (session, store) may answer, in the order to try them.
+
+    The socket recorded with ``lease`` (see ``recorded_socket``). When the
+    lease records none yet, also this environment's own directory's socket of
+    that name, if one exists there (a holder that published but has not
+    recorded it yet). A socket in an unsafe directory is never a candidate.
     """
     found: list[Path] = []
-    for index, directory in enumerate(socket_dirs(env)):
+    recorded, _ = recorded_socket(lease, session, store)
+    if recorded is not None:
+        found.append(recorded)
+    elif lease is not None and lease.socket is None:
+        own = socket_dir(os.environ if env is None else env)
         try:
-            if not check_socket_dir(directory):
-                continue
-            path = socket_path(directory, session, store)
-        except SocketPathTooLong:
-            continue
-        except ConfigError as exc:
-            if index == 0:
-                raise
-            log.warning("hub: not forwarding into %s: %s", directory, exc.message)
-            continue
-        with contextlib.suppress(OSError):
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                found.append(path)
-    return found
+            if check_socket_dir(own):
+                found.append(socket_path(own, session, store))
+        except (SocketDirRefused, SocketPathTooLong) as exc:
+            log.debug("hub: not looking for the holder in %s: %s", own, exc.message)
+    return [path for path in found if _is_socket(path)]
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------- the lease
@@ -450,6 +575,18 @@ class LeaseKeeper:
             outcome = await asyncio.to_thread(self._renew_in_store, lease)
             self._settle_renewal(lease, *outcome)
 
+    def record_socket(self, socket: str) -> None:
+        """Record with the held lease where this holder published ("" for nowhere)."""
+        lease = self.lease
+        if lease is None:
+            return
+        try:
+            self.store.record_lease_socket(self.session, lease.token, socket)
+        except LamboError as exc:
+            log.warning(
+                "hub: recording the socket with the lease failed: %s (%s)", exc.message, exc.detail
+            )
+
     def release(self) -> None:
         """Give the lease up (the next holder may take it at once)."""
         lease, self.lease = self.lease, None
@@ -548,6 +685,11 @@ class _Lines:
             tail = (tail + chunk)[-self._KEEP :]
 
 
+def _refusal(rid: object, code: int, text: str) -> dict[str, Any]:
+    """An answer refusing a request before any tool ran: the JSON-RPC error stdio gives."""
+    return {"id": rid, "error": {"code": code, "message": text}}
+
+
 def _encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
@@ -562,9 +704,16 @@ class HubServer:
     socket file a crashed holder left at ``path``.
     """
 
-    def __init__(self, handler: Handler, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        path: str | os.PathLike[str],
+        tool_names: ToolNames | None = None,
+    ) -> None:
         self.handler = handler
         self.path = Path(path)
+        #: the tools served: any other name is refused as stdio refuses it (None: no check)
+        self.tool_names = tool_names
         self._server: asyncio.Server | None = None
         self._ident: tuple[int, int] | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -631,7 +780,7 @@ class HubServer:
             except (TypeError, ValueError) as exc:
                 fault = internal_fault(f"answer not JSON: {exc}")
                 log.error("hub: %s", fault.detail)
-                data = _encode({"id": message.get("id"), "error": fault.render()})
+                data = _encode({"id": message.get("id"), "result": tool_error(fault.render())})
             async with lock:
                 if writer.is_closing():
                     return
@@ -652,7 +801,7 @@ class HubServer:
                         item.size,
                         MAX_LINE,
                     )
-                    await send({"id": item.request_id(), "error": TOO_LARGE})
+                    await send(_refusal(item.request_id(), INVALID_REQUEST, TOO_LARGE))
                     continue
                 task = asyncio.create_task(self._answer(item, send))
                 self._answers.add(task)
@@ -662,31 +811,35 @@ class HubServer:
             writer.close()
 
     async def _answer(self, line: bytes, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        rid: object = None
         try:
             message = json.loads(line)
-            if not isinstance(message, dict):
-                raise ValueError("not an object")
-            rid = message.get("id")
-            tool, arguments = message.get("tool"), message.get("arguments")
-            if not _valid_id(rid) or not isinstance(tool, str) or not isinstance(arguments, dict):
-                raise ValueError("missing id, tool or arguments")
         except (ValueError, RecursionError) as exc:
-            log.warning("hub: a malformed forwarded request (%d bytes): %s", len(line), exc)
-            await send({"id": rid if _valid_id(rid) else None, "error": "malformed request"})
+            log.warning("hub: a forwarded request that is not JSON (%d bytes): %s", len(line), exc)
+            await send(_refusal(None, PARSE_ERROR, PARSE_ERROR_TEXT))
+            return
+        rid = message.get("id") if isinstance(message, dict) else None
+        tool = message.get("tool") if isinstance(message, dict) else None
+        arguments = message.get("arguments") if isinstance(message, dict) else None
+        if not _valid_id(rid) or not isinstance(tool, str) or not isinstance(arguments, dict):
+            log.warning("hub: a malformed forwarded request (%d bytes)", len(line))
+            await send(
+                _refusal(rid if _valid_id(rid) else None, INVALID_REQUEST, INVALID_REQUEST_TEXT)
+            )
+            return
+        if self.tool_names is not None and tool not in self.tool_names():
+            await send(_refusal(rid, INVALID_PARAMS, UNKNOWN_TOOL))
             return
         try:
             result = await self.handler(tool, arguments)
         except LamboError as exc:
             if exc.detail:
                 log.warning("hub: %s failed: %s (%s)", tool, exc.message, exc.detail)
-            await send({"id": rid, "error": exc.render()})
+            result = tool_error(exc.render())
         except Exception as exc:
             fault = internal_fault(repr(exc))
             log.exception("hub: %s raised", tool)
-            await send({"id": rid, "error": fault.render()})
-        else:
-            await send({"id": rid, "result": result})
+            result = tool_error(fault.render())
+        await send({"id": rid, "result": result})
 
 
 # --------------------------------------------------------------------------- forwarding
@@ -705,24 +858,30 @@ class _Conn:
 class Forwarder:
     """A serve's (or the CLI's) end of the hub socket: forwards tool calls to the hub.
 
-    ``target`` is a socket path, or a function listing candidate paths (tried
-    in order; ``hub_candidates`` fits). Connects lazily; a call that finds its
-    connection gone connects again (once). ``HubGone`` when no hub answers or
-    the connection drops while a call is in flight; ``on_drop`` is called when
-    an open connection drops, so a serve can start taking over at once.
+    ``target`` is a socket path, or an async function listing candidate paths
+    (tried in order; see ``hub_candidates``). Connects lazily; a call that finds
+    its connection gone connects again (once). ``HubGone`` when no hub answers
+    or the connection drops while a call is in flight; ``ProtocolRefusal`` when
+    the hub refuses the request before any tool ran (an unknown tool, a request
+    too large), with the JSON-RPC code and text stdio answers; ``on_drop`` is
+    called when an open connection drops, so a serve can start taking over at once.
     """
 
     def __init__(
         self,
-        target: str | os.PathLike[str] | Callable[[], Sequence[Path]],
+        target: str | os.PathLike[str] | Callable[[], Awaitable[Sequence[Path]]],
         *,
         on_drop: Callable[[], None] | None = None,
     ) -> None:
         if callable(target):
-            self._resolve: Callable[[], Sequence[Path]] = target
+            self._resolve: Callable[[], Awaitable[Sequence[Path]]] = target
         else:
-            fixed = Path(target)
-            self._resolve = lambda: [fixed]
+            fixed = [Path(target)]
+
+            async def resolve() -> Sequence[Path]:
+                return fixed
+
+            self._resolve = resolve
         self._on_drop = on_drop
         self._conn: _Conn | None = None
         self._connect_lock = asyncio.Lock()
@@ -747,7 +906,7 @@ class Forwarder:
             if self._conn is not None and not self._conn.dead:
                 return self._conn
             reasons: list[str] = []
-            for path in self._resolve():
+            for path in await self._resolve():
                 try:
                     reader, writer = await asyncio.open_unix_connection(os.fspath(path))
                 except OSError as exc:
@@ -810,7 +969,7 @@ class Forwarder:
         line = _encode({"id": rid, "tool": tool, "arguments": arguments, "meta": meta or {}})
         if len(line) > MAX_LINE:
             log.warning("hub: not forwarding a request of %d bytes (over %d)", len(line), MAX_LINE)
-            return tool_error(TOO_LARGE)
+            raise ProtocolRefusal(INVALID_REQUEST, TOO_LARGE)
         if conn.dead:
             raise HubGone("the hub closed the connection")
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -830,6 +989,10 @@ class Forwarder:
         if isinstance(result, dict):
             return result
         error = message.get("error")
+        if isinstance(error, dict):
+            code, text = error.get("code"), error.get("message")
+            if isinstance(code, int) and isinstance(text, str):
+                raise ProtocolRefusal(code, text)
         return tool_error(error if isinstance(error, str) else "the hub's answer was malformed")
 
     async def close(self) -> None:
@@ -850,10 +1013,15 @@ async def connect_to_hub(
     """A connected ``Forwarder`` when a hub of (session, store) answers, else None.
 
     For one-shot callers (the CLI): forward when a hub holds the session,
-    otherwise open the store and take the lease yourself. Raises
-    ``ConfigError`` when this environment's socket directory is unsafe.
+    otherwise open the store and take the lease yourself. The holder's socket
+    is read from its lease in the store file (read-only: nothing is created).
     """
-    forwarder = Forwarder(lambda: hub_candidates(session, store, env))
+
+    async def candidates() -> list[Path]:
+        lease = await asyncio.to_thread(read_lease, Path(store), session)
+        return hub_candidates(session, store, env, lease)
+
+    forwarder = Forwarder(candidates)
     try:
         await forwarder.connect()
     except HubGone:
@@ -869,10 +1037,11 @@ class SessionHub:
     """The part one serve plays for its session: hub, forwarder, or waiting to be one.
 
     ``start`` takes the lease if it can (then calls ``on_become_hub(keeper)``
-    for the handler of tool calls and publishes the socket) or else connects
-    to the holder's socket. ``call`` answers a tool call whichever the role.
-    When a forwarded call finds the hub gone it gets ``hub_gone_result()``, and
-    this serve elects again: it takes the lease as soon as the takeover rule
+    for the handler of tool calls, publishes the socket and records its path
+    with the lease) or else connects to the holder's socket. ``call`` answers
+    a tool call whichever the role. A call no hub answers gets a clear error
+    saying why (``unavailable_result``). When a forwarded call finds the hub
+    gone, this serve elects again: it takes the lease as soon as the takeover rule
     allows (at once when the old holder is a dead process on this host) and
     becomes the hub, or forwards to whichever serve took it first. A hub that
     loses its lease stops (``on_stop_hub``) and elects again. ``close`` stops
@@ -898,6 +1067,7 @@ class SessionHub:
         on_become_hub: Callable[[LeaseKeeper], Awaitable[Handler]],
         *,
         on_stop_hub: Callable[[], Awaitable[None]] | None = None,
+        tool_names: ToolNames | None = None,
         env: Mapping[str, str] | None = None,
         clock: Clock | None = None,
         ttl: float = LEASE_TTL,
@@ -911,14 +1081,17 @@ class SessionHub:
         self.keeper = keeper or LeaseKeeper(store, session, agent, clock, ttl, heartbeat)
         self._on_become_hub = on_become_hub
         self._on_stop_hub = on_stop_hub
+        self._tool_names = tool_names
         self._env = os.environ if env is None else env
         self.poll = poll
         self.settle_wait = settle_wait
         self.role: Role = "starting"
         #: where this serve published (hub) or forwards to (forwarder); None when neither
         self.socket: Path | None = None
-        #: why this serve cannot publish or forward (a too-long socket path), if so
+        #: why this serve publishes nothing (an unsafe socket directory, a too-long path), if so
         self.publish_problem: str | None = None
+        #: what is wrong with this serve's socket directory, without its path (for callers)
+        self._dir_rule: str | None = None
         self._own_path: Path | None = None
         self._handler: Handler | None = None
         self._server: HubServer | None = None
@@ -941,12 +1114,18 @@ class SessionHub:
     async def start(self) -> Role:
         """Elect: hub if the lease is ours, forwarder if a holder answers, else keep trying."""
         if self.store_path is not None:
-            own_dir = prepare_socket_dir(socket_dir(self._env))
             try:
+                own_dir = prepare_socket_dir(socket_dir(self._env))
                 self._own_path = socket_path(own_dir, self.session, self.store_path)
-            except SocketPathTooLong as exc:
+            except (SocketDirRefused, SocketPathTooLong) as exc:
                 self.publish_problem = exc.message
-                log.warning("hub: %s; serving this client alone", exc.message)
+                if isinstance(exc, SocketDirRefused):
+                    self._dir_rule = exc.rule
+                log.warning(
+                    "hub: %s; this serve publishes nothing (other serves of the session cannot "
+                    "forward to it), and serves its own client when it holds the session",
+                    exc.message,
+                )
         if not await self._elect():
             self._start_election()
         return self.role
@@ -986,7 +1165,9 @@ class SessionHub:
                 async with asyncio.timeout(self.settle_wait):
                     await self._settled.wait()
         handler, forwarder = self._handler, self._forwarder
-        if self.role == "hub" and handler is not None:
+        if handler is not None:
+            # the hub's service, also while it stops (role "closed"): it still answers
+            # reads and waits, and refuses writes as dropped (closing)
             return await handler(tool, arguments)
         if self.role == "forwarder" and forwarder is not None:
             try:
@@ -995,7 +1176,26 @@ class SessionHub:
                 log.warning("hub: a forwarded %s found no hub: %s", tool, exc)
                 self._hub_gone(forwarder)
                 self._ask_for_lease()
-        return hub_gone_result()
+                # The hub stopped answering this call (a holder that dies closes its
+                # sockets before its pid reads as gone, so the lease cannot tell yet).
+                return hub_gone_result()
+        return await self._unavailable()
+
+    async def _unavailable(self) -> dict[str, Any]:
+        """The error of a call no hub answered, saying why from the lease as it is now."""
+        try:
+            lease = await asyncio.to_thread(self.keeper.current)
+        except LamboError as exc:
+            log.warning("hub: the lease could not be read: %s (%s)", exc.message, exc.detail)
+            lease = None
+        return unavailable_result(
+            lease,
+            self.session,
+            self.store_path,
+            own_holder=self.keeper.holder,
+            now=self.keeper.clock.now(),
+            dir_rule=self._dir_rule,
+        )
 
     def _ask_for_lease(self) -> None:
         """A call needs memory and no hub answers: let the election take the lease."""
@@ -1009,10 +1209,15 @@ class SessionHub:
     def closed(self) -> bool:
         return self.role == "closed"
 
-    def _candidates(self) -> list[Path]:
+    async def _candidates(self) -> list[Path]:
         if self.store_path is None:
             return []
-        return hub_candidates(self.session, self.store_path, self._env)
+        try:
+            lease = await asyncio.to_thread(self.keeper.current)
+        except LamboError as exc:
+            log.warning("hub: the lease could not be read: %s (%s)", exc.message, exc.detail)
+            return []
+        return hub_candidates(self.session, self.store_path, self._env, lease)
 
     async def _elect(self) -> bool:
         """One attempt: True when this serve is now the hub or a connected forwarder."""
@@ -1113,7 +1318,7 @@ class SessionHub:
         self._handler = handler
         self.socket = None
         if self._own_path is not None:
-            server = HubServer(handler, self._own_path)
+            server = HubServer(handler, self._own_path, self._tool_names)
             try:
                 await server.start()
             except (OSError, LamboError) as exc:
@@ -1125,6 +1330,8 @@ class SessionHub:
                 )
             else:
                 self._server, self.socket = server, self._own_path
+        # where other serves find this hub, whatever their environment ("": nowhere)
+        await asyncio.to_thread(keeper.record_socket, os.fspath(self.socket or ""))
         self._want_lease = False
         if self.role == "closed":
             return  # closed while becoming the hub: close() stops it next

@@ -19,12 +19,14 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+from mcp.shared.exceptions import MCPError
 
 from .clock import SystemClock
 from .config import Config
 from .daemon import Daemon
 from .errors import ConfigError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
+from .mcp.refusals import ProtocolRefusal
 from .mcp.server import build_server
 from .scoring import start_summary_warm
 from .service import SERVED_TOOLS, MemoryService, ToolResult
@@ -89,6 +91,7 @@ class Serve:
             options.agent,
             self._become_hub,
             on_stop_hub=self._stop_hub,
+            tool_names=tool_names,  # the hub socket refuses any other name as stdio does
         )
         self._elected = anyio.Event()
         self.error: LamboError | None = None
@@ -132,7 +135,11 @@ class Serve:
         await self._elected.wait()
         if self.error is not None:
             return ToolResult.error(self.error.render()).to_json()
-        return await self.hub.call(tool, arguments)
+        try:
+            return await self.hub.call(tool, arguments)
+        except ProtocolRefusal as exc:
+            # refused by the hub before any tool ran: the JSON-RPC error stdio would give
+            raise MCPError(exc.code, exc.message) from None
 
     async def close(self) -> None:
         await self.hub.close()

@@ -28,6 +28,8 @@ from lambo_core import hub
 from lambo_core.clock import ManualClock
 from lambo_core.errors import ConfigError, ConflictError, ParameterError
 from lambo_core.hub import (
+    HOLDER_STARTING_TEXT,
+    HOLDER_UNREACHABLE_TEXT,
     HUB_GONE_TEXT,
     MAX_LINE,
     MAX_SOCKET_PATH,
@@ -48,11 +50,23 @@ from lambo_core.hub import (
     parse_holder,
     pid_running,
     prepare_socket_dir,
-    socket_dirs,
+    recorded_socket,
     socket_name,
     socket_path,
+    tool_error,
+    unavailable_result,
+)
+from lambo_core.mcp.refusals import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    INVALID_REQUEST_TEXT,
+    PARSE_ERROR,
+    PARSE_ERROR_TEXT,
+    UNKNOWN_TOOL,
+    ProtocolRefusal,
 )
 from lambo_core.model import Lease
+from lambo_core.paths import socket_dir
 from lambo_core.store import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,16 +174,19 @@ def test_a_755_socket_dir_is_refused_for_binding_and_forwarding(
         run(bind)
     assert not path.exists()
 
-    # forwarding: the candidate lookup and a serve's election both refuse
-    with pytest.raises(ConfigError, match="remove the directory"):
-        hub_candidates("s", db)
-
-    async def serve() -> None:
-        await SessionHub(store, "s", db, "two", lambda _k: _never()).start()
-
-    with pytest.raises(ConfigError, match="neither binds nor forwards"):
-        run(serve)
-    assert store.get_lease("s") is None  # refused before taking anything
+    # forwarding: a socket recorded there (or found there) is never a candidate
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+    held = plant(store, f"other@{HOST}#{os.getpid()}", os.getpid(), time.time())
+    assert store.record_lease_socket("s", held.token, str(path))
+    lease = store.get_lease("s")
+    assert recorded_socket(lease, "s", db) == (None, "has mode 755, not 700")
+    assert hub_candidates("s", db, lease=lease) == []
+    store.release_lease("s", held.token)
+    freed = store.acquire_lease(Lease("s", "x@h#1", 1, "x", 0.0, 0.0, time.time() + 45, 0), 0.0)
+    assert freed is not None and freed.socket is None
+    assert hub_candidates("s", db, lease=freed) == []  # not looked for in the 755 directory
 
 
 async def _never() -> Handler:
@@ -184,6 +201,8 @@ def test_a_socket_dir_owned_by_another_uid_is_refused(
     with pytest.raises(ConfigError, match=r"owned by uid \d+, not by you") as refused:
         prepare_socket_dir(target)
     assert SOCKET_DIR_ADVICE in refused.value.message
+    assert isinstance(refused.value, hub.SocketDirRefused)
+    assert refused.value.rule == "is not owned by you"  # for callers: no uid, no path
 
 
 def test_a_symlinked_or_non_directory_socket_dir_is_refused(runtime: Path) -> None:
@@ -229,35 +248,56 @@ def test_socket_name_derives_from_session_and_store_only(
     assert socket_name("s", tmp_path / "y.db") != name
 
 
-def test_socket_dirs_cover_both_spec_dirs(runtime: Path) -> None:
+def test_a_serve_publishes_only_in_the_spec_two_dirs(runtime: Path) -> None:
     uid = os.getuid()
-    dirs = socket_dirs({"XDG_RUNTIME_DIR": str(runtime)})
-    assert dirs[0] == runtime / "lambo"
-    assert Path(f"/tmp/lambo-{uid}") in dirs
-    assert socket_dirs({})[0] == Path(f"/tmp/lambo-{uid}")
-    assert socket_dirs({"TMPDIR": str(runtime)})[0] == Path(f"/tmp/lambo-{uid}")
+    assert socket_dir({"XDG_RUNTIME_DIR": str(runtime)}) == runtime / "lambo"
+    assert socket_dir({}) == Path(f"/tmp/lambo-{uid}")
+    assert socket_dir({"TMPDIR": str(runtime)}) == Path(f"/tmp/lambo-{uid}")
+    assert socket_dir({"XDG_RUNTIME_DIR": ""}) == Path(f"/tmp/lambo-{uid}")
 
 
-def test_a_holder_published_in_another_dir_is_found(
-    runtime: Path, db: Path, monkeypatch: pytest.MonkeyPatch
+def _bind(path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+
+
+def test_the_socket_recorded_with_the_lease_is_used_whatever_the_environment(
+    runtime: Path, db: Path, store: SqliteStore
 ) -> None:
     other = Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
-    loose = Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
     try:
-        own = prepare_socket_dir(runtime / "lambo")
         published = socket_path(prepare_socket_dir(other / "lambo"), "s", db)
-        loose.chmod(0o755)
-        planted = socket_path(loose, "s", db)
-        for where in (published, planted):
-            sock = socket.socket(socket.AF_UNIX)
-            sock.bind(str(where))
-            sock.close()
-        monkeypatch.setattr(hub, "socket_dirs", lambda env=None: [own, loose, other / "lambo"])
-        # the unsafe directory is skipped, never forwarded into
-        assert hub_candidates("s", db) == [published]
+        _bind(published)
+        held = plant(store, f"holder@{HOST}#{os.getpid()}", os.getpid(), time.time())
+        # nothing recorded yet: only this environment's own directory is looked in
+        assert hub_candidates("s", db, lease=store.get_lease("s")) == []
+        assert store.record_lease_socket("s", held.token, str(published))
+        lease = store.get_lease("s")
+        for env in ({"XDG_RUNTIME_DIR": str(runtime)}, {}, {"XDG_RUNTIME_DIR": str(other)}):
+            assert hub_candidates("s", db, env, lease) == [published]
+        assert recorded_socket(lease, "s", db) == (published, None)
+        # a recorded socket of another name (another session or store) is refused
+        assert recorded_socket(lease, "t", db) == (None, None)
+        assert recorded_socket(lease, "s", other / "y.db") == (None, None)
+        assert hub_candidates("t", db, lease=lease) == []
+        # so is one in a directory reached through a symlink
+        link = runtime / "via-link"
+        link.symlink_to(other / "lambo")
+        assert store.record_lease_socket("s", held.token, str(link / published.name))
+        lease = store.get_lease("s")
+        assert recorded_socket(lease, "s", db) == (None, "is a symbolic link")
+        assert hub_candidates("s", db, lease=lease) == []
+        # and a relative one
+        assert store.record_lease_socket("s", held.token, published.name)
+        assert hub_candidates("s", db, lease=store.get_lease("s")) == []
+        # "" means the holder published nowhere: nothing is looked for
+        assert store.record_lease_socket("s", held.token, "")
+        own = socket_path(prepare_socket_dir(runtime / "lambo"), "s", db)
+        _bind(own)
+        assert hub_candidates("s", db, lease=store.get_lease("s")) == []
     finally:
         shutil.rmtree(other, ignore_errors=True)
-        shutil.rmtree(loose, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- forwarding
@@ -340,13 +380,17 @@ def test_an_oversized_line_is_answered_and_the_connection_keeps_serving(
             writer.write(b'{"id": 11, "tool": "t", "arguments": {"ok": true}}\n')
             await writer.drain()
             got = [json.loads(await reader.readline()) for _ in range(8)]
-            assert got[0] == {"id": 7, "error": TOO_LARGE}
+            too_large = {"code": INVALID_REQUEST, "message": TOO_LARGE}
+            assert TOO_LARGE == "request too large (over 4 MiB)"  # stdio's text for -32600
+            assert got[0] == {"id": 7, "error": too_large}
             assert got[1]["id"] == 8 and got[1]["result"]["isError"] is False
-            assert got[2] == {"id": 9, "error": TOO_LARGE}
-            assert got[3] == {"id": None, "error": TOO_LARGE}
-            assert got[4] == {"id": None, "error": "malformed request"}
-            assert got[5] == {"id": 10, "error": "malformed request"}
-            assert got[6] == {"id": None, "error": "malformed request"}  # nested too deep
+            assert got[2] == {"id": 9, "error": too_large}
+            assert got[3] == {"id": None, "error": too_large}
+            parse_error = {"code": PARSE_ERROR, "message": PARSE_ERROR_TEXT}
+            invalid = {"code": INVALID_REQUEST, "message": INVALID_REQUEST_TEXT}
+            assert got[4] == {"id": None, "error": parse_error}
+            assert got[5] == {"id": 10, "error": invalid}
+            assert got[6] == {"id": None, "error": parse_error}  # nested too deep
             assert got[7]["result"]["structuredContent"]["arguments"] == {"ok": True}
             # a line cut off by the end of input is not answered
             writer.write(b'{"id": 12, "tool": "t", "arguments": {"x": "' + padding)
@@ -367,10 +411,45 @@ def test_the_forwarder_refuses_an_oversized_request_itself(runtime: Path, db: Pa
         await server.start()
         fwd = Forwarder(path)
         try:
-            big = await fwd.call("t", {"x": "a" * MAX_LINE})
-            assert big == {"content": [{"type": "text", "text": TOO_LARGE}], "isError": True}
+            with pytest.raises(ProtocolRefusal) as big:
+                await fwd.call("t", {"x": "a" * MAX_LINE})
+            assert (big.value.code, big.value.message) == (INVALID_REQUEST, TOO_LARGE)
+            assert big.value.render() == TOO_LARGE  # what the CLI prints
             ok = await fwd.call("t", {"n": 1})
             assert ok["structuredContent"]["arguments"] == {"n": 1}
+        finally:
+            await fwd.close()
+            await server.close()
+
+    run(main)
+
+
+def test_an_unknown_tool_is_refused_as_stdio_refuses_it(runtime: Path, db: Path) -> None:
+    path = own_socket(runtime, db)
+    ran: list[str] = []
+
+    async def handler(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        ran.append(tool)
+        return answer(tool=tool)
+
+    async def main() -> None:
+        server = HubServer(handler, path, tool_names=lambda: ["lambo_stats"])
+        await server.start()
+        fwd = Forwarder(path)
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(b'{"id": 3, "tool": "lambo_nope", "arguments": {}}\n')
+            await writer.drain()
+            refused = json.loads(await reader.readline())
+            assert refused == {"id": 3, "error": {"code": INVALID_PARAMS, "message": UNKNOWN_TOOL}}
+            writer.close()
+            with pytest.raises(ProtocolRefusal) as unknown:
+                await fwd.call("lambo_nope", {})
+            assert (unknown.value.code, unknown.value.message) == (INVALID_PARAMS, UNKNOWN_TOOL)
+            assert (await fwd.call("lambo_stats", {}))["structuredContent"] == {
+                "tool": "lambo_stats"
+            }
+            assert ran == ["lambo_stats"]  # the handler never saw the unknown name
         finally:
             await fwd.close()
             await server.close()
@@ -698,6 +777,7 @@ async def handler(tool, arguments):
 async def main():
     server = HubServer(handler, Path(sock))
     await server.start()
+    keeper.record_socket(sock)
     print("ready", flush=True)
     await asyncio.Event().wait()
 
@@ -796,7 +876,8 @@ def test_a_hub_that_loses_its_lease_stops_and_forwards_to_the_new_holder(
             await eventually(lambda: first.role == "electing")
             assert stops == [1] and first.keeper.lost.is_set()
             # no hub answers yet: the call gets the clear error, nothing is written here
-            assert await first.call("t", {}) == hub_gone_result()
+            starting = tool_error(HOLDER_STARTING_TEXT.format(pid=os.getpid()))
+            assert await first.call("t", {}) == starting
             thief_server = HubServer(named("thief"), own_socket(runtime, db))
             await thief_server.start()
             await eventually(lambda: first.role == "forwarder")
@@ -851,7 +932,10 @@ def test_a_serve_started_before_the_holder_published_forwards_once_it_does(
         server = HubServer(named("loaded"), own_socket(runtime, db))
         try:
             assert await serve.start() == "electing"
-            assert await serve.call("t", {}) == hub_gone_result()
+            # the holder lives and has published nothing yet: it is still opening the session
+            assert await serve.call("t", {}) == tool_error(
+                HOLDER_STARTING_TEXT.format(pid=os.getpid())
+            )
             await server.start()
             await eventually(lambda: serve.role == "forwarder")
             assert (await serve.call("t", {}))["structuredContent"]["who"] == "loaded"
@@ -969,3 +1053,226 @@ def test_closing_during_a_takeover_stops_what_the_takeover_opened(
         assert not sock.exists()
     finally:
         _reap(proc)
+
+
+# --------------------------------------------------------------------------- finding the holder
+
+
+def _short_dir() -> Path:
+    return Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
+
+
+def test_a_holder_is_found_through_its_lease_from_any_environment(runtime: Path, db: Path) -> None:
+    """The holder under one XDG_RUNTIME_DIR, a serve under another and one with none."""
+    other = _short_dir()
+    stores = [SqliteStore(db) for _ in range(3)]
+
+    async def main() -> None:
+        holder = SessionHub(
+            stores[0], "s", db, "holder", lambda _k: _handler("holder"),
+            env={"XDG_RUNTIME_DIR": str(runtime)},
+        )  # fmt: skip
+        elsewhere = SessionHub(
+            stores[1], "s", db, "b", lambda _k: _never(), env={"XDG_RUNTIME_DIR": str(other)}
+        )
+        unset = SessionHub(stores[2], "s", db, "c", lambda _k: _never(), env={})
+        try:
+            assert await holder.start() == "hub"
+            published = runtime / "lambo" / socket_name("s", db)
+            assert holder.socket == published
+            lease = stores[0].get_lease("s")
+            assert lease is not None and lease.socket == str(published)
+            for serve in (elsewhere, unset):
+                assert await serve.start() == "forwarder"
+                assert serve.socket == published
+                got = await serve.call("lambo_stats", {})
+                assert got["structuredContent"] == {"who": "holder", "tool": "lambo_stats"}
+            # neither published anything of its own
+            assert not (other / "lambo" / socket_name("s", db)).exists()
+            # a one-shot caller (the CLI) finds it from the store file too, in any environment
+            for env in ({}, {"XDG_RUNTIME_DIR": str(other)}):
+                cli = await hub.connect_to_hub("s", db, env)
+                assert cli is not None and cli.path == published
+                assert (await cli.call("t", {}))["structuredContent"]["who"] == "holder"
+                await cli.close()
+        finally:
+            for serve in (unset, elsewhere, holder):
+                await serve.close()
+
+    try:
+        run(main)
+    finally:
+        for opened in stores:
+            opened.close()
+        shutil.rmtree(other, ignore_errors=True)
+
+
+async def _handler(name: str) -> Handler:
+    return named(name)
+
+
+def test_a_serve_whose_socket_dir_is_unsafe_serves_its_own_client_and_says_the_fix(
+    runtime: Path, db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loose = runtime / "lambo"
+    loose.mkdir()
+    loose.chmod(0o755)
+    good = _short_dir()
+    stores = [SqliteStore(db) for _ in range(3)]
+
+    async def main() -> None:
+        holder = SessionHub(stores[0], "s", db, "holder", lambda _k: _handler("alone"))
+        same_env = SessionHub(stores[1], "s", db, "two", lambda _k: _never(), settle_wait=0.05)
+        good_env = SessionHub(
+            stores[2], "s", db, "three", lambda _k: _never(),
+            env={"XDG_RUNTIME_DIR": str(good)}, settle_wait=0.05,
+        )  # fmt: skip
+        try:
+            with caplog.at_level("WARNING", logger="lambo.hub"):
+                assert await holder.start() == "hub"
+            # memory for its own client, nothing published, the reason logged
+            assert (await holder.call("t", {}))["structuredContent"]["who"] == "alone"
+            assert holder.socket is None and list(loose.iterdir()) == []
+            assert holder.publish_problem is not None and "mode 755" in holder.publish_problem
+            assert any("publishes nothing" in r.getMessage() for r in caplog.records)
+            lease = stores[0].get_lease("s")
+            assert lease is not None and lease.socket == ""
+            # a serve in the same environment: the holder's state, and the fix
+            assert await same_env.start() == "electing"
+            text = (await same_env.call("t", {}))["content"][0]["text"]
+            assert text == (
+                HOLDER_UNREACHABLE_TEXT.format(pid=os.getpid())
+                + " This serve's socket directory has mode 755, not 700: "
+                + SOCKET_DIR_ADVICE
+                + "."
+            )
+            assert str(runtime) not in text and "taking it over" not in text
+            # a serve whose own directory is fine: the holder cannot be reached, no dir advice
+            assert await good_env.start() == "electing"
+            text = (await good_env.call("t", {}))["content"][0]["text"]
+            assert text == HOLDER_UNREACHABLE_TEXT.format(pid=os.getpid())
+        finally:
+            for serve in (good_env, same_env, holder):
+                await serve.close()
+
+    try:
+        run(main)
+    finally:
+        for opened in stores:
+            opened.close()
+        shutil.rmtree(good, ignore_errors=True)
+
+
+def test_an_alive_holder_whose_socket_was_deleted_is_said_to_be_alive(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    sock = own_socket(runtime, db)
+    proc = _spawn_holder(runtime, db, sock)
+
+    async def main() -> None:
+        assert proc.stdout is not None
+        assert (await asyncio.to_thread(proc.stdout.readline)).strip() == "ready"
+        lease = store.get_lease("s")
+        assert lease is not None and lease.socket == str(sock)
+        connected = SessionHub(store, "s", db, "early", lambda _k: _never())
+        late = SessionHub(store, "s", db, "late", lambda _k: _never(), settle_wait=0.05)
+        try:
+            assert await connected.start() == "forwarder"
+            os.unlink(sock)  # the spec: the holder is now unreachable to other clients
+            assert await late.start() == "electing"
+            result = await late.call("t", {})
+            assert result == tool_error(HOLDER_UNREACHABLE_TEXT.format(pid=proc.pid))
+            assert "taking it over" not in result["content"][0]["text"]
+            assert "Restart that serve, or stop it" in result["content"][0]["text"]
+            # no data at risk: the open connection still reaches the holder
+            assert (await connected.call("t", {}))["structuredContent"] == {"who": "old"}
+            current = store.get_lease("s")
+            assert current is not None and current.pid == proc.pid  # nothing taken over
+        finally:
+            await late.close()
+            await connected.close()
+
+    try:
+        run(main)
+    finally:
+        _reap(proc)
+
+
+def test_a_holder_whose_socket_path_is_too_long_is_said_to_be_alive(
+    db: Path, runtime: Path
+) -> None:
+    root = _short_dir()
+    stores = [SqliteStore(db) for _ in range(2)]
+    try:
+        deep = root / ("d" * 100)
+        deep.mkdir()
+
+        async def main() -> None:
+            holder = SessionHub(
+                stores[0], "s", db, "holder", lambda _k: _handler("alone"),
+                env={"XDG_RUNTIME_DIR": str(deep)},
+            )  # fmt: skip
+            other = SessionHub(stores[1], "s", db, "two", lambda _k: _never(), settle_wait=0.05)
+            try:
+                assert await holder.start() == "hub" and holder.socket is None
+                lease = stores[0].get_lease("s")
+                assert lease is not None and lease.socket == ""
+                assert await other.start() == "electing"
+                assert await other.call("t", {}) == tool_error(
+                    HOLDER_UNREACHABLE_TEXT.format(pid=os.getpid())
+                )
+            finally:
+                await other.close()
+                await holder.close()
+
+        run(main)
+    finally:
+        for opened in stores:
+            opened.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_unavailable_text_follows_the_lease(runtime: Path, db: Path) -> None:
+    now = 1000.0
+    me = f"me@{HOST}#{os.getpid()}"
+
+    def held(holder: str, pid: int, socket: str | None, expires: float = now + 45) -> Lease:
+        return Lease("s", holder, pid, "a", now, now, expires, 3, socket)
+
+    def text(lease: Lease | None, dir_rule: str | None = None) -> str:
+        got = unavailable_result(lease, "s", db, own_holder=me, now=now, dir_rule=dir_rule)
+        assert got["isError"] is True
+        return str(got["content"][0]["text"])
+
+    live = f"other@{HOST}#{os.getpid()}"
+    dead = _dead_pid()
+    assert text(None) == HUB_GONE_TEXT
+    assert text(held(live, os.getpid(), "/x", expires=now)) == HUB_GONE_TEXT  # expired
+    assert text(held(me, os.getpid(), None)) == HUB_GONE_TEXT  # this serve is taking over
+    assert text(held(f"old@{HOST}#{dead}", dead, "/x")) == HUB_GONE_TEXT  # a dead holder
+    alive = os.getpid()
+    assert text(held(live, alive, None)) == HOLDER_STARTING_TEXT.format(pid=alive)
+    assert text(held(live, alive, "")) == HOLDER_UNREACHABLE_TEXT.format(pid=alive)
+    assert text(
+        held(
+            live,
+            alive,
+            "",
+        ),
+        "is a symbolic link",
+    ) == (
+        HOLDER_UNREACHABLE_TEXT.format(pid=alive)
+        + f" This serve's socket directory is a symbolic link: {SOCKET_DIR_ADVICE}."
+    )
+    loose = runtime / "loose"
+    loose.mkdir()
+    loose.chmod(0o750)
+    recorded = str(loose / socket_name("s", db))
+    assert text(held(live, alive, recorded), "is a symbolic link") == (
+        HOLDER_UNREACHABLE_TEXT.format(pid=alive)
+        + f" Its socket directory has mode 750, not 700: {SOCKET_DIR_ADVICE}."
+    )
+    fine = prepare_socket_dir(runtime / "fine")
+    assert text(held(live, alive, str(fine / socket_name("s", db)))) == (
+        HOLDER_UNREACHABLE_TEXT.format(pid=alive)
+    )

@@ -112,8 +112,15 @@ def test_http_serve_on_a_held_session_names_the_holder(served_home: Path) -> Non
     anyio.run(scenario)
 
 
-def test_unsafe_socket_dir_refuses_without_leaking_the_path(served_home: Path) -> None:
+def test_a_serve_whose_socket_dir_is_unsafe_serves_its_own_client_and_names_the_fix(
+    served_home: Path,
+) -> None:
+    """A 755 socket directory: the holder keeps memory for its own client and publishes
+    nothing; a second serve there says the holder is alive but unreachable, and the fix,
+    without naming the directory."""
     import tempfile
+
+    from lambo_core.hub import HOLDER_UNREACHABLE_TEXT, SOCKET_DIR_ADVICE
 
     runtime = Path(tempfile.mkdtemp(dir="/tmp"))
     (runtime / "lambo").mkdir(mode=0o755)
@@ -128,12 +135,41 @@ def test_unsafe_socket_dir_refuses_without_leaking_the_path(served_home: Path) -
     )
 
     async def scenario() -> None:
-        async with Client(unsafe) as client:
-            result = await client.call_tool("lambo_stats", {"agent_id": "a"})
-            assert result.is_error
-            text = result.content[0].text  # type: ignore[union-attr]
-            assert text.startswith("configuration error: this lambo serve could not join")
-            assert str(runtime) not in text
+        async with Client(unsafe) as holder:
+            ack = body(
+                await holder.call_tool(
+                    "lambo_derive",
+                    {
+                        "agent_id": "agent-a",
+                        "concepts": [
+                            {"content": "the unsafe dir keeps memory", "concept_type": "logic"}
+                        ],
+                    },
+                )
+            )
+            waited = body(
+                await holder.call_tool(
+                    "lambo_stats",
+                    {"agent_id": "agent-a", "receipt": ack["receipt"], "wait_ms": 30_000},
+                )
+            )
+            assert waited["receipt"]["state"] == "applied"
+            found = body(
+                await holder.call_tool(
+                    "lambo_recall", {"agent_id": "agent-a", "query": "unsafe dir memory"}
+                )
+            )
+            assert [h["content"] for h in found["hits"]] == ["the unsafe dir keeps memory"]
+            assert list((runtime / "lambo").iterdir()) == []  # nothing published
+            async with Client(unsafe) as second:
+                result = await second.call_tool("lambo_stats", {"agent_id": "agent-a"})
+                assert result.is_error
+                text = result.content[0].text  # type: ignore[union-attr]
+                assert text == (
+                    HOLDER_UNREACHABLE_TEXT.format(pid=waited["holder_pid"])
+                    + f" This serve's socket directory has mode 755, not 700: {SOCKET_DIR_ADVICE}."
+                )
+                assert str(runtime) not in text
 
     try:
         anyio.run(scenario)
@@ -225,15 +261,21 @@ class RawServe:
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         import json
 
-        assert self.proc.stdin is not None
         self._next += 1
         message = {"jsonrpc": "2.0", "id": self._next, "method": method, "params": params}
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        return self.request_line(json.dumps(message).encode(), self._next)
+
+    def request_line(self, line: bytes, rid: object) -> dict[str, Any]:
+        """Send one raw line (its newline added) and return the answer carrying ``rid``."""
+        import json
+
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + 60
         while True:
             answer = json.loads(self._line(deadline))
-            if answer.get("id") == self._next:
+            if answer.get("id") == rid:
                 return dict(answer)
 
     def handshake(self) -> None:
