@@ -1066,7 +1066,7 @@ class SessionHub:
         agent: str,
         on_become_hub: Callable[[LeaseKeeper], Awaitable[Handler]],
         *,
-        on_stop_hub: Callable[[], Awaitable[None]] | None = None,
+        on_stop_hub: Callable[[], Awaitable[bool | None]] | None = None,
         tool_names: ToolNames | None = None,
         env: Mapping[str, str] | None = None,
         clock: Clock | None = None,
@@ -1348,9 +1348,17 @@ class SessionHub:
         self._start_election()
 
     async def _stop_hub(self) -> None:
-        server, self._server = self._server, None
+        # The service stops first, while the socket still answers the calls in flight (a
+        # forwarded wait hears its receipt settle) and the heartbeat still holds the lease.
         was_hub = self._handler is not None
+        keep_lease = False
+        if was_hub and self._on_stop_hub is not None:
+            try:
+                keep_lease = (await self._on_stop_hub()) is False
+            except Exception:
+                log.exception("hub: stopping the hub's service failed")
         self._handler = None
+        server, self._server = self._server, None
         if server is not None:
             await server.close()
         if self._heartbeat is not None:
@@ -1358,11 +1366,13 @@ class SessionHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat
             self._heartbeat = None
-        if was_hub and self._on_stop_hub is not None:
-            try:
-                await self._on_stop_hub()
-            except Exception:
-                log.exception("hub: stopping the hub's service failed")
-        await asyncio.to_thread(self.keeper.release)
+        if keep_lease:
+            # A write may still be committing: handing the lease over now could let two
+            # writers overlap. It lapses with this process (a dead holder is taken over).
+            log.warning(
+                "hub: keeping the lease of session %r until this process exits", self.session
+            )
+        else:
+            await asyncio.to_thread(self.keeper.release)
         if self.role == "hub":
             self.socket = None

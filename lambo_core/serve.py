@@ -13,19 +13,28 @@ waits only for the election (writes wait for the model on their receipts).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
 import anyio.to_thread
+import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
 from .clock import SystemClock
 from .config import Config
 from .daemon import Daemon
 from .errors import ConfigError, LamboError, internal_fault
-from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
+from .hub import LEASE_TTL, LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.refusals import ProtocolRefusal
 from .mcp.server import build_server
 from .scoring import start_summary_warm
@@ -33,9 +42,15 @@ from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
 from .store import open_store
 from .store.base import Store
-from .writes import WritePipeline
+from .writes import StopReport, WritePipeline
 
 log = logging.getLogger(__name__)
+
+#: [serve] shutdown_budget_s's default; a stop must end well inside the lease TTL, so
+#: that the lease it keeps while a write is still applying cannot pass to another writer
+DEFAULT_SHUTDOWN_BUDGET_S = 15.0
+#: the signals a serve stops cleanly on (a client's SIGTERM, Ctrl-C, a closed terminal)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -45,8 +60,11 @@ class ServeOptions:
     allow_embedding_mismatch: bool = False
 
 
-def open_service(store: Store, config: Config, options: ServeOptions) -> MemoryService:
-    """Open the session on ``store`` and start its apply worker: the hub's service."""
+def open_service(
+    store: Store, config: Config, options: ServeOptions, *, probe: bool = False
+) -> MemoryService:
+    """Open the session on ``store`` and start its apply worker: the hub's service (with
+    ``probe``, the startup probe of the embedder as well: a serve's, not a one-shot's)."""
     plan = EmbedderPlan.from_config(config)
     session = Session.open(
         store,
@@ -56,19 +74,45 @@ def open_service(store: Store, config: Config, options: ServeOptions) -> MemoryS
     )
     pipeline = WritePipeline(
         session, edge_min_age_s=float(config.get("canonization.edge_min_age_s"))
-    ).start()
+    ).start(probe=probe)
     # The daemon's cycles run on the pipeline's writer thread, every cycle_interval_s.
     daemon = Daemon(session, config).attach(pipeline)
     return MemoryService(session, pipeline, config, daemon)
 
 
-def stop_service(service: MemoryService, timeout: float = 15.0) -> None:
-    """Apply what is queued, and let a model still loading finish before the process exits
-    (onnxruntime aborts the process if it is torn down mid-load)."""
-    service.pipeline.close(timeout)
+@dataclass(frozen=True)
+class StopOutcome:
+    report: StopReport
+    model_settled: bool  # False: the model was still loading when the budget ran out
+
+    @property
+    def clean(self) -> bool:
+        """Nothing of the session still runs in a thread: the lease may be given up and the
+        interpreter may exit normally."""
+        return self.report.worker_stopped and self.model_settled
+
+
+def stop_service(
+    service: MemoryService,
+    budget_s: float = DEFAULT_SHUTDOWN_BUDGET_S,
+    *,
+    lease_held: Callable[[], bool] | None = None,
+) -> StopOutcome:
+    """A clean stop inside ``budget_s``: the pipeline hands on what it did not apply
+    (``WritePipeline.close``), then a model still loading may finish (onnxruntime aborts
+    the process if it is torn down mid-load)."""
+    deadline = time.monotonic() + budget_s
+    report = service.pipeline.close(budget_s, lease_held=lease_held)
     lazy = service.session.plan.lazy
-    if lazy is not None:
-        lazy.wait(timeout)
+    if lazy is not None and lazy.loading:
+        lazy.wait(max(0.0, deadline - time.monotonic()))
+    settled = lazy is None or not lazy.loading
+    log.info("session %s: %s", service.session.name, report.summary())
+    if not settled:
+        log.warning(
+            "session %s: the model was still loading when the stop ended", service.session.name
+        )
+    return StopOutcome(report, settled)
 
 
 def tool_names() -> list[str]:
@@ -95,10 +139,18 @@ class Serve:
         )
         self._elected = anyio.Event()
         self.error: LamboError | None = None
+        self.budget_s = shutdown_budget(config)
+        self._keeper: LeaseKeeper | None = None
+        self._stopped = False
+        #: set when a stop ended with part of the session still running in a thread (a
+        #: write being applied, a model loading): the process must then exit without the
+        #: interpreter's teardown, and the lease is left to expire rather than handed over
+        self.unfinished = False
 
     async def _become_hub(self, keeper: LeaseKeeper) -> Any:
+        self._keeper = keeper
         self.service = await anyio.to_thread.run_sync(
-            open_service, self.store, self.config, self.options
+            partial(open_service, self.store, self.config, self.options, probe=True)
         )
         service = self.service
         start_summary_warm(service.session.index.graph)  # this process serves from now on
@@ -108,10 +160,23 @@ class Serve:
 
         return handle
 
-    async def _stop_hub(self) -> None:
+    async def _stop_hub(self) -> bool:
+        """Stop the hub's service (a clean stop, ``stop_service``); False when something of
+        it still runs, so the lease must not be given up."""
         service, self.service = self.service, None
-        if service is not None:
-            await anyio.to_thread.run_sync(stop_service, service)
+        if service is None:
+            return True
+        keeper = self._keeper
+
+        def lease_held() -> bool:
+            return keeper is None or (keeper.lease is not None and not keeper.lost.is_set())
+
+        outcome = await anyio.to_thread.run_sync(
+            partial(stop_service, service, self.budget_s, lease_held=lease_held)
+        )
+        if not outcome.clean:
+            self.unfinished = True
+        return outcome.clean
 
     async def start(self) -> None:
         try:
@@ -141,10 +206,19 @@ class Serve:
             # refused by the hub before any tool ran: the JSON-RPC error stdio would give
             raise MCPError(exc.code, exc.message) from None
 
-    async def close(self) -> None:
+    async def stop(self) -> None:
+        """Stop being part of the session: a hub hands its queue on (while its transports
+        still answer the calls in flight), a forwarder disconnects. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         await self.hub.close()
         await self._stop_hub()
-        self.store.close()
+
+    async def close(self) -> None:
+        await self.stop()
+        if not self.unfinished:  # a thread may still be writing through it
+            self.store.close()
 
 
 def refuse_http(config: Config, options: ServeOptions) -> None:
@@ -163,18 +237,128 @@ def refuse_http(config: Config, options: ServeOptions) -> None:
     )
 
 
-async def serve_stdio(config: Config, options: ServeOptions) -> None:
+def shutdown_budget(config: Config) -> float:
+    """[serve] shutdown_budget_s, refused unless it ends well inside the lease TTL."""
+    budget = float(config.get("serve.shutdown_budget_s"))
+    if budget > LEASE_TTL * 2 / 3:
+        raise ConfigError(
+            f"serve.shutdown_budget_s is {budget:g} s; it must be at most "
+            f"{LEASE_TTL * 2 / 3:g} s (two thirds of the {LEASE_TTL:g} s session lease), so "
+            "that a stop always ends while this serve still holds the session"
+        )
+    return budget
+
+
+#: how long calls still in flight when a stop has handed the queue on get to answer
+ANSWER_GRACE_S = 2.0
+
+
+async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
+    """Serve MCP over stdio until the end of input or a stop signal; then stop cleanly.
+
+    The stop runs while the transport still answers: a lambo_stats waiting on a receipt
+    hears it settle intent_durable. Returns the Serve, whose ``unfinished`` tells the
+    caller how the process may exit.
+    """
     from .mcp.stdio import bounded_stdio_server
 
     serve = Serve(config, options)
     server = build_server(options.session, serve, tool_names)
+    stop = anyio.Event()
     try:
         # The election is not cancelled when the client leaves: it may be opening the
         # session in a thread, which must finish before the serve can close cleanly.
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve.start)
             async with bounded_stdio_server() as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, server.create_initialization_options())
+                outstanding = _Outstanding()
+                to_server, server_in = anyio.create_memory_object_stream[Any](0)
+                server_out, from_server = anyio.create_memory_object_stream[Any](0)
+                async with anyio.create_task_group() as conn:
+                    conn.start_soon(_stop_on_signal, stop)
+                    conn.start_soon(_relay_in, read_stream, to_server, outstanding, stop)
+                    conn.start_soon(_relay_out, from_server, write_stream, outstanding)
+                    conn.start_soon(
+                        server.run, server_in, server_out, server.create_initialization_options()
+                    )
+                    await stop.wait()
+                    with anyio.CancelScope(shield=True):
+                        await serve.stop()
+                        # The calls in flight have their outcome now (a wait on a receipt
+                        # heard it settle): let them be answered before the input ends.
+                        with anyio.move_on_after(ANSWER_GRACE_S):
+                            await outstanding.drained()
+                    conn.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await serve.close()
+    return serve
+
+
+def run_stdio(config: Config, options: ServeOptions) -> None:
+    """``lambo serve`` over stdio, to the end of the process.
+
+    After a stop that left part of the session running in a thread (a write still being
+    applied past the budget, a model still loading), the process ends with ``os._exit``:
+    the interpreter's teardown would destroy onnxruntime under that thread and abort the
+    process, and everything acked is already durable in the store.
+    """
+    served = anyio.run(serve_stdio, config, options)
+    if served.unfinished:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(0)
+
+
+async def _stop_on_signal(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            if not stop.is_set():
+                log.info("%s: stopping cleanly", signal.Signals(signum).name)
+                stop.set()
+
+
+class _Outstanding:
+    """Ids of the client's requests not answered yet, so a stop can let them be answered."""
+
+    def __init__(self) -> None:
+        self._ids: set[object] = set()
+        self._none = anyio.Event()
+        self._none.set()
+
+    def asked(self, message: Any) -> None:
+        if isinstance(message, types.JSONRPCRequest):
+            self._ids.add(message.id)
+            self._none = anyio.Event() if self._none.is_set() else self._none
+
+    def answered(self, message: Any) -> None:
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self._ids.discard(message.id)
+            if not self._ids:
+                self._none.set()
+
+    async def drained(self) -> None:
+        await self._none.wait()
+
+
+async def _relay_in(source: Any, sink: Any, outstanding: _Outstanding, stop: anyio.Event) -> None:
+    """Client messages to the server; at the end of input ask for the stop, but keep the
+    server's input open, so the calls in flight are still answered while the stop runs."""
+    async with source:
+        async for item in source:
+            if isinstance(item, SessionMessage):
+                outstanding.asked(item.message)
+            try:
+                await sink.send(item)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+    stop.set()
+
+
+async def _relay_out(source: Any, sink: Any, outstanding: _Outstanding) -> None:
+    async with source, sink:
+        async for item in source:
+            await sink.send(item)
+            outstanding.answered(item.message)

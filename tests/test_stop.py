@@ -213,3 +213,19 @@ def test_an_idle_pipeline_stops_at_once_and_reports_nothing_owed(
     report = p.start().close(timeout=budget)
     assert report.worker_stopped and report.flushed
     assert (report.applied, report.deferred, report.unflushed, report.replays_left) == (0, 0, 0, 0)
+
+
+def test_the_shutdown_budget_must_end_well_inside_the_lease(tmp_path: Path) -> None:
+    from lambo_core.config import load_config
+    from lambo_core.errors import ConfigError
+    from lambo_core.serve import shutdown_budget
+
+    def config(budget: float) -> Any:
+        (tmp_path / "lambo.toml").write_text(f"[serve]\nshutdown_budget_s = {budget}\n")
+        return load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+
+    assert shutdown_budget(config(15.0)) == 15.0
+    assert shutdown_budget(config(30.0)) == 30.0
+    with pytest.raises(ConfigError) as refused:
+        shutdown_budget(config(31.0))
+    assert "serve.shutdown_budget_s is 31 s; it must be at most 30 s" in refused.value.message

@@ -24,6 +24,7 @@ runs on private duplicates of the two descriptors, and both are restored on exit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 MAX_LINE = 4 * MIB
 """The largest request line accepted, in bytes, not counting its newline."""
 CHUNK = 64 * 1024
+READ_AHEAD_CHUNKS = 4  # chunks read from stdin before the transport has taken them
 """How much is read from the input at a time."""
 EDGE = 512
 """How many bytes of each end of an oversized line are kept to find its id."""
@@ -436,6 +438,44 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _daemon_reader(fd: int) -> Callable[[], Awaitable[bytes]]:
+    """``receive_chunk`` for ``fd``, read by one daemon thread.
+
+    Not anyio's worker threads: the interpreter joins those at exit, and one blocked
+    reading a stdin the client keeps open (a serve stopped by SIGTERM) would keep the
+    process alive forever. A daemon thread blocked in ``read`` does not.
+    """
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes] = asyncio.Queue()
+    room = threading.Semaphore(READ_AHEAD_CHUNKS)  # back-pressure: read no further ahead
+
+    def deliver(chunk: bytes) -> bool:
+        try:
+            loop.call_soon_threadsafe(chunks.put_nowait, chunk)
+        except RuntimeError:  # the loop has closed: nobody is reading any more
+            return False
+        return True
+
+    def run() -> None:
+        while True:
+            room.acquire()
+            try:
+                chunk = os.read(fd, CHUNK)
+            except OSError as exc:
+                log.warning("stdio: reading stdin failed (%s); treating it as the end", exc)
+                chunk = b""
+            if not deliver(chunk) or not chunk:
+                return
+
+    async def receive_chunk() -> bytes:
+        chunk = await chunks.get()
+        room.release()
+        return chunk
+
+    threading.Thread(target=run, name="lambo-stdin", daemon=True).start()
+    return receive_chunk
+
+
 @contextlib.asynccontextmanager
 async def bounded_stdio_server(
     max_line: int = MAX_LINE,
@@ -458,14 +498,7 @@ async def bounded_stdio_server(
         wire_in, wire_out, restore = _claim_std_fds()
         try:
 
-            async def receive_chunk() -> bytes:
-                try:
-                    return await anyio.to_thread.run_sync(
-                        os.read, wire_in, CHUNK, abandon_on_cancel=True
-                    )
-                except OSError as exc:
-                    log.warning("stdio: reading stdin failed (%s); treating it as the end", exc)
-                    return b""
+            receive_chunk = _daemon_reader(wire_in)
 
             async def send_bytes(data: bytes) -> None:
                 await anyio.to_thread.run_sync(_write_all, wire_out, data, abandon_on_cancel=True)
