@@ -283,9 +283,13 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
                     )
                     await stop.wait()
                     with anyio.CancelScope(shield=True):
+                        if serve.hub.role == "forwarder":
+                            # Its calls are answered by the hub: let them come back first.
+                            with anyio.move_on_after(ANSWER_GRACE_S):
+                                await outstanding.drained()
                         await serve.stop()
-                        # The calls in flight have their outcome now (a wait on a receipt
-                        # heard it settle): let them be answered before the input ends.
+                        # A hub's calls in flight have their outcome now (a wait on a
+                        # receipt heard it settle): let them be answered before the end.
                         with anyio.move_on_after(ANSWER_GRACE_S):
                             await outstanding.drained()
                     conn.cancel_scope.cancel()

@@ -118,3 +118,39 @@ def test_sigterm_and_end_of_stdin_hand_queued_writes_on(served_home: Path, tmp_p
         assert store.pending_intents(SESSION) == []
     finally:
         store.close()
+
+
+def test_a_forwarder_whose_client_leaves_still_answers_its_calls_in_flight(
+    served_home: Path, tmp_path: Path
+) -> None:
+    store_path = tmp_path / "fwd.db"
+    with (tmp_path / "hub.log").open("wb") as hub_log, (tmp_path / "fwd.log").open("wb") as log:
+        hub = RawServe(served_home, store_path, session=SESSION, stderr=hub_log)
+        forwarder = RawServe(served_home, store_path, session=SESSION, stderr=log)
+        try:
+            assert forwarder.call("lambo_stats", {"agent_id": "a"})["holder_pid"] == hub.proc.pid
+            receipts = [
+                forwarder.call(
+                    "lambo_derive",
+                    {
+                        "agent_id": "a",
+                        "concepts": [{"content": fact(99, i), "concept_type": "logic"}],
+                    },
+                )["receipt"]
+                for i in range(40)
+            ]
+            waiting = forwarder.start_call(
+                "lambo_stats", {"agent_id": "a", "receipt": receipts[-1], "wait_ms": 500}
+            )
+            forwarder.call("lambo_stats", {"agent_id": "a"})  # the wait has been read
+            assert forwarder.proc.stdin is not None
+            forwarder.proc.stdin.close()
+            result = forwarder.answer(waiting)["result"]
+            # answered by the hub, not "the holder stopped answering"
+            assert not result["isError"], result
+            assert result["structuredContent"]["receipt"]["state"] in ("pending", "applied")
+            assert forwarder.proc.wait(BUDGET_S + 30) == 0
+        finally:
+            assert hub.proc.stdin is not None
+            hub.proc.stdin.close()
+            assert hub.proc.wait(BUDGET_S + 30) == 0
