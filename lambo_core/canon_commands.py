@@ -44,6 +44,7 @@ import click
 import numpy as np
 
 from .canon import CanonRules, DemotionLog
+from .cli_flags import store_option
 from .config import Config, load_config, store_flags
 from .contradiction import ContradictionInfo, is_contradicted
 from .errors import ConfigError, ParameterError
@@ -388,9 +389,7 @@ def _known_session(store: Store, name: str) -> None:
         raise ParameterError(f"no session named {name!r} in this store (sessions: {known})")
 
 
-_store_option = click.option(
-    "--store", "store", metavar="PATH|memory", help="the SQLite file to read, or `memory`"
-)
+_store_option = store_option("the SQLite file to read, or `memory`")
 _json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
 
 

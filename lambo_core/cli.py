@@ -10,18 +10,32 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from . import __version__
+from . import __version__, cli_flags
 from .canon_commands import canon_group, session_group
+from .cli_flags import FieldFlags, integer_option, numbered, text_or_stdin
+from .cli_output import (
+    WAIT_MS,
+    ShellCall,
+    split_receipt_line,
+    stats_exit_code,
+    unknown_receipt_hint,
+    write_exit_code,
+    write_outcome,
+)
 from .config import Config, load_config, render_default_file, render_show, store_flags
 from .embed.commands import model_group
 from .errors import ConfigError, ErrorKind, LamboError, ParameterError
+from .receipts import WAIT_MS_MAX
+
+if TYPE_CHECKING:
+    from .client import Call
 
 log = logging.getLogger("lambo")
 
@@ -68,13 +82,7 @@ class Context:
 pass_ctx = click.make_pass_decorator(Context)
 
 
-def store_option(fn: F) -> F:
-    return click.option(
-        "--store",
-        "store",
-        metavar="PATH|memory",
-        help="the SQLite file to use, or `memory` for a store in RAM",
-    )(fn)
+store_option = cli_flags.store_option("the SQLite file to use, or `memory` for a store in RAM")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -203,13 +211,76 @@ def session_options(fn: F) -> F:
     fn = click.option("--json", "as_json", is_flag=True, help="print the structured content")(fn)
     fn = store_option(fn)
     fn = click.option(
-        "--agent", default="cli", show_default=True, help="the agent_id the call is made as"
+        "--agent", default=DEFAULT_AGENT, show_default=True, help="the agent_id the call is made as"
     )(fn)
     return click.option("--session", required=True, help="the session to use")(fn)
 
 
+DEFAULT_AGENT = "cli"
+
 # A refusal of a value the caller gave renders without a class prefix (see errors.py).
 _RUNTIME_PREFIXES = tuple(f"{kind.value}:" for kind in ErrorKind if kind not in _USAGE_KINDS)
+
+T = TypeVar("T")
+
+
+class SessionCall:
+    """One tool command's call on a session: where it goes, and the follow-up commands
+    its output may point to (written with the same --config, --store and --agent)."""
+
+    def __init__(self, ctx: Context, store: str | None, session: str, agent: str) -> None:
+        from .text import check_agent_id, check_string
+
+        self.ctx = ctx
+        self.store = store
+        self.session = check_string("--session", session)
+        try:  # before the lease is taken under it
+            self.agent = check_agent_id(agent)
+        except ParameterError as exc:
+            raise ParameterError(FieldFlags({"agent_id": agent}).rewrite(exc.message)) from None
+        self.shell = ShellCall(self.session, self.agent, store, ctx.config_path, DEFAULT_AGENT)
+
+    def run(
+        self,
+        script: Callable[[Call], Awaitable[T]],
+        *,
+        creates: bool = False,
+        needs_serve: bool = False,
+    ) -> T:
+        """``script(call)`` with a client of the session (through its serve if one runs)."""
+        import anyio
+
+        from .client import open_client
+
+        config = self.ctx.config(store_flags(self.store))
+        shell = self.shell
+
+        async def go() -> T:
+            async with open_client(
+                config,
+                self.session,
+                self.agent,
+                creates=creates,
+                needs_serve=needs_serve,
+                session_list=shell.command("session", "list", session=False, agent=False),
+                serve_command=shell.command("serve", agent=False),
+            ) as call:
+                return await script(call)
+
+        return anyio.run(go)
+
+
+def _exit_refused(result: dict[str, Any], flags: FieldFlags) -> NoReturn:
+    """A tool's refusal, its fields named by their flags: exit 2 for a bad value, else 1."""
+    text = str(result["content"][0]["text"])
+    click.echo(f"lambo: {flags.rewrite(text)}", err=True)
+    sys.exit(1 if text.startswith(_RUNTIME_PREFIXES) else 2)
+
+
+def _echo_json(payload: dict[str, Any]) -> None:
+    import json
+
+    click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
 
 
 def run_tool(
@@ -220,50 +291,142 @@ def run_tool(
     tool: str,
     arguments: dict[str, Any],
     as_json: bool,
-    wait_for_receipt: bool = False,
+    *,
+    needs_serve: bool = False,
+    flags: FieldFlags | None = None,
 ) -> None:
-    """Call one tool on the session (through its hub if one runs), print, set the exit code."""
-    import anyio
-
-    from .client import open_client
-
-    config = ctx.config(store_flags(store))
-
-    async def go() -> list[dict[str, Any]]:
-        async with open_client(config, session, agent) as call:
-            results = [await call(tool, arguments)]
-            receipt = (results[0].get("structuredContent") or {}).get("receipt")
-            if wait_for_receipt and receipt and not results[0]["isError"]:
-                results.append(
-                    await call(
-                        "lambo_stats", {"agent_id": agent, "receipt": receipt, "wait_ms": 34_000}
-                    )
-                )
-            return results
-
-    results = anyio.run(go)
-    first = results[0]
-    if first["isError"]:
-        text = first["content"][0]["text"]
-        click.echo(f"lambo: {text}", err=True)
-        sys.exit(1 if text.startswith(_RUNTIME_PREFIXES) else 2)
+    """A read (or lock) verb: one call, the tool's text or JSON, the exit code."""
+    flags = flags or FieldFlags(arguments)
+    result = SessionCall(ctx, store, session, agent).run(
+        lambda call: call(tool, arguments), needs_serve=needs_serve
+    )
+    if result["isError"]:
+        _exit_refused(result, flags)
+    structured = dict(result.get("structuredContent") or {})
+    code = stats_exit_code(structured) if tool == "lambo_stats" else 0
     if as_json:
-        import json
+        _echo_json(structured)
+        sys.exit(code)
+    texts = [str(block["text"]) for block in result["content"]]
+    if code:  # the receipt the shell asked about is not known here: that part is the failure
+        receipt_lines, rest = split_receipt_line(texts[0])
+        first, *more = receipt_lines
+        for line in [f"lambo: {first}", *more]:
+            click.echo(line, err=True)
+        hint = unknown_receipt_hint(structured)
+        if hint:
+            click.echo(hint, err=True)
+        texts[0] = "\n".join(rest)
+    for text in texts:
+        click.echo(text)
+    sys.exit(code)
 
-        payload = dict(first.get("structuredContent") or {})
-        if len(results) > 1:
-            payload["outcome"] = (results[1].get("structuredContent") or {}).get("receipt")
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
-        return
-    for block in first["content"]:
-        click.echo(block["text"])
-    if len(results) > 1:
-        click.echo(results[1]["content"][0]["text"].splitlines()[0])
+
+def run_write(
+    ctx: Context,
+    store: str | None,
+    session: str,
+    agent: str,
+    tool: str,
+    arguments: dict[str, Any],
+    as_json: bool,
+    *,
+    wait: bool,
+    flags: FieldFlags,
+) -> None:
+    """A write verb: the call, then (unless ``--no-wait``) a wait for its receipt; lines about
+    what the call did, and exit 0 only when the write was applied (or, not waiting, admitted).
+    """
+    target = SessionCall(ctx, store, session, agent)
+
+    def emit(structured: dict[str, Any], receipt: dict[str, Any] | None) -> int:
+        if as_json:
+            if receipt is not None:
+                structured["outcome"] = receipt
+            _echo_json(structured)
+            return write_exit_code(structured, receipt)
+        printed = write_outcome(structured, receipt, target.shell, flags)
+        for line in printed.out:
+            click.echo(line)
+        for line in printed.err:
+            click.echo(line, err=True)
+        return printed.code
+
+    async def script(call: Call) -> tuple[dict[str, Any], dict[str, Any] | None, int | None]:
+        ack = await call(tool, arguments)
+        if ack["isError"]:
+            return ack, None, None
+        structured = dict(ack.get("structuredContent") or {})
+        receipt = structured.get("receipt")
+        pending = structured.get("receipt_state") == "pending"
+        if receipt and pending and not wait:
+            # Said while it is true: without a serve, this command still applies the write
+            # before it gives the session back, after this line is printed.
+            return ack, None, emit(structured, None)
+        if not receipt:
+            return ack, None, None
+        ask: dict[str, Any] = {"agent_id": agent, "receipt": receipt}
+        if pending:
+            ask["wait_ms"] = WAIT_MS
+        return ack, await call("lambo_stats", ask), None
+
+    ack, asked, code = target.run(script, creates=True)
+    if code is not None:
+        sys.exit(code)
+    if ack["isError"]:
+        _exit_refused(ack, flags)
+    structured = dict(ack.get("structuredContent") or {})
+    receipt: dict[str, Any] | None = None
+    if asked is not None:
+        if asked["isError"]:
+            rid = str(structured.get("receipt", ""))
+            click.echo(
+                f"lambo: the write was admitted (receipt {rid}) but its outcome could not be "
+                f"read: {asked['content'][0]['text']}",
+                err=True,
+            )
+            click.echo(f"check it with: {target.shell.check_receipt(rid)}", err=True)
+            sys.exit(1)
+        receipt = (asked.get("structuredContent") or {}).get("receipt")
+    sys.exit(emit(structured, receipt))
+
+
+def derive_flags(
+    arguments: dict[str, Any], depends_on: int, against: int, more: int, parent_of: int
+) -> FieldFlags:
+    """derive's fields: concepts[0] is --content/--kind, concepts[1:] the --concept flags."""
+    flags = FieldFlags(arguments)
+    flags.add("concepts", "--content and --concept")
+    flags.add("concepts[0]", "--content").add("concepts[0].content", "--content")
+    flags.add("concepts[0].concept_type", "--kind")
+    for name, flag, count in (
+        ("depends_on", "--depends-on", depends_on),
+        ("against", "--against", against),
+    ):
+        flags.add(name, flag).add(f"concepts[0].{name}", flag)
+        flags.add_entries(f"concepts[0].{name}", flag, count)
+    for i in range(more):
+        flag = numbered("--concept", i, more)
+        flags.add(f"concepts[{i + 1}]", flag)
+        flags.add(f"concepts[{i + 1}].content", f"{flag} TEXT")
+        flags.add(f"concepts[{i + 1}].concept_type", f"{flag} KIND")
+    for i in range(parent_of):
+        flag = numbered("--parent-of", i, parent_of)
+        flags.add(f"parent_of[{i}]", flag)
+        flags.add(f"parent_of[{i}].parent", f"{flag} PARENT")
+        flags.add(f"parent_of[{i}].child", f"{flag} CHILD")
+    return flags
+
+
+_NO_WAIT_HELP = (
+    "print the receipt without waiting for the outcome (exit 0 once admitted); "
+    "by default the command waits and exits 1 unless the write was applied"
+)
 
 
 @cli.command("derive")
 @session_options
-@click.option("--content", required=True, help="the concept: one fact, short")
+@click.option("--content", required=True, help="the concept: one fact, short (`-`: read stdin)")
 @click.option(
     "--kind",
     "concept_type",
@@ -276,7 +439,7 @@ def run_tool(
 @click.option("--concept", "more", multiple=True, metavar="TEXT:KIND", help="another concept")
 @click.option("--parent-of", multiple=True, metavar="CHILD:PARENT", help="a hierarchy link")
 @click.option("--event-time", help="RFC3339 about-time of a historical fact")
-@click.option("--no-wait", is_flag=True, help="print the ack without waiting for the outcome")
+@click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
 @pass_ctx
 @reports_errors
 def derive_cmd(
@@ -294,13 +457,17 @@ def derive_cmd(
     event_time: str | None,
     no_wait: bool,
 ) -> None:
-    """Store concepts, as lambo_derive does.
+    """Store concepts, as lambo_derive does, and wait for them to be applied.
 
     \b
     Example:
       lambo derive --session demo --content "lease TTL is 45s" --kind logic
+      git log -1 --format=%s | lambo derive --session demo --content - --kind observation
     """
-    concept: dict[str, Any] = {"content": content, "concept_type": concept_type}
+    concept: dict[str, Any] = {
+        "content": text_or_stdin("--content", content),
+        "concept_type": concept_type,
+    }
     if depends_on:
         concept["depends_on"] = list(depends_on)
     if against:
@@ -322,18 +489,29 @@ def derive_cmd(
         arguments["parent_of"] = pairs
     if event_time:
         arguments["event_time"] = event_time
-    run_tool(ctx, store, session, agent, "lambo_derive", arguments, as_json, not no_wait)
+    flags = derive_flags(arguments, len(depends_on), len(against), len(more), len(parent_of))
+    run_write(
+        ctx,
+        store,
+        session,
+        agent,
+        "lambo_derive",
+        arguments,
+        as_json,
+        wait=not no_wait,
+        flags=flags,
+    )
 
 
 @cli.command("record-action")
 @session_options
-@click.option("--action", required=True, help="what you did, as a short line")
+@click.option("--action", required=True, help="what you did, as a short line (`-`: read stdin)")
 @click.option("--produces", multiple=True, help="something the action produced")
 @click.option("--modifies", multiple=True, help="something the action changed")
 @click.option("--depends-on", multiple=True, help="something the action relied on")
 @click.option("--against", multiple=True, help="a concept the action shows to be wrong")
 @click.option("--event-time", help="RFC3339 about-time of a historical action")
-@click.option("--no-wait", is_flag=True, help="print the ack without waiting for the outcome")
+@click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
 @pass_ctx
 @reports_errors
 def record_action_cmd(
@@ -350,13 +528,13 @@ def record_action_cmd(
     event_time: str | None,
     no_wait: bool,
 ) -> None:
-    """Record an action, as lambo_record_action does.
+    """Record an action, as lambo_record_action does, and wait for it to be applied.
 
     \b
     Example:
       lambo record-action --session demo --action "merged PR #52" --modifies src/lease.rs
     """
-    arguments: dict[str, Any] = {"agent_id": agent, "action": action}
+    arguments: dict[str, Any] = {"agent_id": agent, "action": text_or_stdin("--action", action)}
     for name, values in (
         ("produces", produces),
         ("modifies", modifies),
@@ -367,15 +545,25 @@ def record_action_cmd(
             arguments[name] = list(values)
     if event_time:
         arguments["event_time"] = event_time
-    run_tool(ctx, store, session, agent, "lambo_record_action", arguments, as_json, not no_wait)
+    run_write(
+        ctx,
+        store,
+        session,
+        agent,
+        "lambo_record_action",
+        arguments,
+        as_json,
+        wait=not no_wait,
+        flags=FieldFlags(arguments),
+    )
 
 
 @cli.command("recall")
 @session_options
-@click.option("--query", required=True, help="what to recall")
-@click.option("--top-k", type=int, help="hits to return (1..100, default 5)")
-@click.option("--max-tokens", type=int, help="context budget (1..100000, default 500)")
-@click.option("--traversal-depth", type=int, help="graph expansion depth (0..5, default 2)")
+@click.option("--query", required=True, help="what to recall (`-`: read stdin)")
+@integer_option("--top-k", help="hits to return (1..100, default 5)")
+@integer_option("--max-tokens", help="context budget (1..100000, default 500)")
+@integer_option("--traversal-depth", help="graph expansion depth (0..5, default 2)")
 @pass_ctx
 @reports_errors
 def recall_cmd(
@@ -391,11 +579,15 @@ def recall_cmd(
 ) -> None:
     """Recall memory for a query, as lambo_recall does.
 
+    Without a serve holding the session, the command loads the embedding model
+    and waits for it, so the recall has its vector leg (or says it is
+    keyword-only when the model is missing or fails to load).
+
     \b
     Example:
       lambo recall --session demo --query "how long is the lease TTL"
     """
-    arguments: dict[str, Any] = {"agent_id": agent, "query": query}
+    arguments: dict[str, Any] = {"agent_id": agent, "query": text_or_stdin("--query", query)}
     for name, value in (
         ("top_k", top_k),
         ("max_tokens", max_tokens),
@@ -408,8 +600,11 @@ def recall_cmd(
 
 @cli.command("stats")
 @session_options
-@click.option("--receipt", help="a receipt id from a write's ack")
-@click.option("--wait-ms", type=int, help="with --receipt, wait up to this long (max 34000)")
+@click.option("--receipt", help="a receipt id from a write (exit 1 when it is not known here)")
+@integer_option(
+    "--wait-ms",
+    help=f"with --receipt, wait up to this long for the write (0..{WAIT_MS_MAX}; more is clamped)",
+)
 @pass_ctx
 @reports_errors
 def stats_cmd(
@@ -424,13 +619,24 @@ def stats_cmd(
     """Session health and write-queue figures, as lambo_stats reports them.
 
     \b
-    Example:
+    Examples:
       lambo stats --session demo
+      lambo stats --session demo --receipt lwr1.… --wait-ms 34000
     """
     arguments: dict[str, Any] = {"agent_id": agent}
     if receipt is not None:
         arguments["receipt"] = receipt
     if wait_ms is not None:
+        if receipt is None:
+            raise ParameterError(
+                "--wait-ms waits for the write a --receipt names, so it needs --receipt; "
+                "pass --receipt ID, or leave --wait-ms out"
+            )
+        if wait_ms < 0:
+            raise ParameterError(
+                f"--wait-ms must be an integer in 0..={WAIT_MS_MAX} (a larger value is clamped "
+                f"to {WAIT_MS_MAX})"
+            )
         arguments["wait_ms"] = wait_ms
     run_tool(ctx, store, session, agent, "lambo_stats", arguments, as_json)
 
@@ -438,7 +644,7 @@ def stats_cmd(
 @cli.command("inspect")
 @session_options
 @click.option("--focus", required=True, help="concept text, its 8-hex id or its node id")
-@click.option("--depth", type=int, help="neighbourhood depth (0..5, default 2)")
+@integer_option("--depth", help="neighbourhood depth (0..5, default 2)")
 @pass_ctx
 @reports_errors
 def inspect_cmd(
@@ -478,7 +684,7 @@ def saints_cmd(ctx: Context, session: str, agent: str, store: str | None, as_jso
 
 @cli.command("stale")
 @session_options
-@click.option("--offset", type=int, help="the next page's offset")
+@integer_option("--offset", help="the next page's offset")
 @pass_ctx
 @reports_errors
 def stale_cmd(
@@ -499,7 +705,7 @@ def stale_cmd(
 @cli.command("reserve")
 @session_options
 @click.option("--node", "node_id", required=True, help="the node id to lock")
-@click.option("--ttl-seconds", type=int, help="lock lifetime (1..3600, default 30)")
+@integer_option("--ttl-seconds", help="lock lifetime (1..3600, default 30)")
 @pass_ctx
 @reports_errors
 def reserve_cmd(
@@ -511,7 +717,8 @@ def reserve_cmd(
     node_id: str,
     ttl_seconds: int | None,
 ) -> None:
-    """Take a soft lock on a node, as lambo_reserve does (it lives as long as the hub).
+    """Take a soft lock on a node through the serve that holds the session, as lambo_reserve
+    does. The lock lives in that serve, so without one running nothing is locked (exit 1).
 
     \b
     Example:
@@ -520,7 +727,7 @@ def reserve_cmd(
     arguments: dict[str, Any] = {"agent_id": agent, "node_id": node_id}
     if ttl_seconds is not None:
         arguments["ttl_seconds"] = ttl_seconds
-    run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json)
+    run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json, needs_serve=True)
 
 
 @cli.command("release")
@@ -531,22 +738,32 @@ def reserve_cmd(
 def release_cmd(
     ctx: Context, session: str, agent: str, store: str | None, as_json: bool, node_id: str
 ) -> None:
-    """Release a soft lock, as lambo_reserve with release does.
+    """Release a soft lock through the serve that holds the session, as lambo_reserve with
+    release does (exit 1 when no serve holds it: no lock can be there).
 
     \b
     Example:
       lambo release --session demo --agent me --node 478416c2-0000-0000-0000-000000000000
     """
-    arguments = {"agent_id": agent, "node_id": node_id, "release": True}
-    run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json)
+    arguments: dict[str, Any] = {"agent_id": agent, "node_id": node_id}
+    flags = FieldFlags(arguments)
+    arguments["release"] = True
+    run_tool(
+        ctx,
+        store,
+        session,
+        agent,
+        "lambo_reserve",
+        arguments,
+        as_json,
+        needs_serve=True,
+        flags=flags,
+    )
 
 
 @cli.command("demo")
-@click.option(
-    "--store",
-    "store",
-    metavar="PATH|memory",
-    help="keep the demo's session in this SQLite file, or `memory` (default: a throwaway file)",
+@cli_flags.store_option(
+    "keep the demo's session in this SQLite file, or `memory` (default: a throwaway file)"
 )
 @click.option("--session", help="the fresh session to run in (default: demo-<timestamp>)")
 @pass_ctx

@@ -3,11 +3,18 @@
 When a serve holds the session, the CLI forwards to it, so a CLI write is
 neither refused nor a second writer and `lambo stats` shows the writer's real
 figures. Otherwise the CLI takes the session lease itself, opens the session,
-answers its calls, lets any write it admitted apply, and gives the lease back.
+answers its calls, waits for every write it admitted to be applied (or to fail),
+and gives the lease back.
+
+What the command may do alone depends on the call: a write creates the
+session on its first write; a read refuses a session the store does not have
+(and creates nothing: no session row, no store file); a lock is only ever
+taken through a serve, since it lives as long as the process that holds it.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,18 +23,74 @@ import anyio
 import anyio.to_thread
 
 from .config import Config
-from .errors import ConflictError
+from .errors import ConflictError, ErrorKind, LamboError
 from .hub import LeaseKeeper, connect_to_hub, holder_description
+from .receipts import WAIT_MS_MAX
 from .serve import ServeOptions, open_service, stop_service
 from .store import open_store
+from .store.base import Store
+from .text import show_safely
 
 Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
+# Tools whose answer depends on the embedding model: a one-shot call waits for it to
+# load (a serve's recall waits a bounded time; the one-shot process has nothing else to do).
+_USES_MODEL = frozenset({"lambo_recall"})
+_WRITES = frozenset({"lambo_derive", "lambo_record_action"})
+
+
+class NotRun(LamboError):
+    """A call the CLI refuses to make on its own (nothing was read, written or created).
+
+    Told in the CLI's words without a class prefix: the session is not in the
+    store, or the call needs a serve that is not running.
+    """
+
+    kind = ErrorKind.CONFLICT  # a run-time refusal, not a bad flag: the CLI exits 1
+
+    def render(self) -> str:
+        return self.message
+
+
+def _shown(session: str) -> str:
+    return f"'{show_safely(session, 64)}'"
+
+
+def _missing(config: Config, session: str, session_list: str) -> NotRun:
+    if config.store_kind != "sqlite":
+        where = "a memory store, which starts empty for every command"
+    elif config.store_path.is_file():
+        where = f"the store {config.store_path}"
+    else:
+        where = f"the store {config.store_path}, which does not exist yet"
+    return NotRun(
+        f"no session named {_shown(session)} in {where}; nothing was read, and nothing was "
+        f"created; `{session_list}` lists the sessions a store has"
+    )
+
 
 @asynccontextmanager
-async def open_client(config: Config, session: str, agent: str) -> AsyncIterator[Call]:
-    """A ``call(tool, arguments) -> CallToolResult JSON`` bound to ``session``."""
+async def open_client(
+    config: Config,
+    session: str,
+    agent: str,
+    *,
+    creates: bool = True,
+    needs_serve: bool = False,
+    session_list: str = "lambo session list",
+    serve_command: str | None = None,
+) -> AsyncIterator[Call]:
+    """A ``call(tool, arguments) -> CallToolResult JSON`` bound to ``session``.
+
+    ``creates``: a write opens the session, creating it on its first write; a read
+    (False) refuses a session the store does not have. ``needs_serve``: the call is
+    made only through the serve that holds the session (a lock lives there).
+    ``session_list`` and ``serve_command`` are the commands a refusal points to,
+    written by the caller with its own flags.
+    """
     sqlite = config.store_kind == "sqlite"
+    if not creates and not needs_serve and sqlite and not config.store_path.is_file():
+        raise _missing(config, session, session_list)  # before anything could create the file
     if sqlite:
         forwarder = await connect_to_hub(session, config.store_path)
         if forwarder is not None:
@@ -36,28 +99,64 @@ async def open_client(config: Config, session: str, agent: str) -> AsyncIterator
             finally:
                 await forwarder.close()
             return
+    if needs_serve:
+        serve = serve_command or shlex.join(["lambo", "serve", "--session", session])
+        raise NotRun(
+            f"no lambo serve holds session {_shown(session)}, and locks live in the serve "
+            "that holds a session: a lock taken by this command would end with it, so "
+            f"nothing was locked or released; start `{serve}` (an agent's MCP client runs "
+            "one) and run this again while it runs, or use lambo_reserve from the agent"
+        )
     store = open_store(config.store_kind, config.store_path if sqlite else None)
-    keeper = LeaseKeeper(store, session, agent)
     try:
-        if keeper.try_acquire() is None:
-            current = keeper.current()
-            holder = holder_description(current) if current else "another process"
-            raise ConflictError(
-                f"session {session!r} is held by {holder}, which is not answering on its "
-                "socket; nothing was read or written; try again once it answers or exits"
-            )
+        if not creates and store.get_session(session) is None:
+            raise _missing(config, session, session_list)
+        async with _served_locally(store, config, session, agent) as call:
+            yield call
+    finally:
+        store.close()
+
+
+@asynccontextmanager
+async def _served_locally(
+    store: Store, config: Config, session: str, agent: str
+) -> AsyncIterator[Call]:
+    keeper = LeaseKeeper(store, session, agent)
+    if keeper.try_acquire() is None:
+        current = keeper.current()
+        holder = holder_description(current) if current else "another process"
+        raise ConflictError(
+            f"session {session!r} is held by {holder}, which is not answering on its "
+            "socket; nothing was read or written; try again once it answers or exits"
+        )
+    try:
         service = await anyio.to_thread.run_sync(
             open_service, store, config, ServeOptions(session=session, agent=agent)
         )
 
+        admitted: list[tuple[str, object]] = []  # (receipt, agent_id) of writes made here
+
         async def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-            return (await service.call(tool, arguments)).to_json()
+            lazy = service.session.plan.lazy
+            if tool in _USES_MODEL and lazy is not None:
+                # Loaded, or failed to (the recall then says it is keyword-only).
+                await anyio.to_thread.run_sync(lazy.wait)
+            result = (await service.call(tool, arguments)).to_json()
+            receipt = (result.get("structuredContent") or {}).get("receipt")
+            if tool in _WRITES and not result["isError"] and isinstance(receipt, str):
+                admitted.append((receipt, arguments.get("agent_id")))
+            return result
 
         try:
             yield call
+            # A write admitted here is applied before the lease is given back, also one the
+            # command did not wait for (--no-wait): a stop would hand it on unapplied, to
+            # whichever process next opens the session long enough to replay it.
+            for receipt, writer in admitted:
+                await service.call(
+                    "lambo_stats", {"agent_id": writer, "receipt": receipt, "wait_ms": WAIT_MS_MAX}
+                )
         finally:
-            # A write admitted here is applied before the lease is given back.
             await anyio.to_thread.run_sync(stop_service, service)
     finally:
         keeper.release()
-        store.close()

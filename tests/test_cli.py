@@ -115,6 +115,11 @@ def test_provision_is_safe_to_run_twice(lambo_home: Path, tmp_path: Path) -> Non
     assert second.returncode == 0
     assert "already current" in second.stdout
     elsewhere = tmp_path / "nested" / "elsewhere.db"
+    refused = run("provision", "--store", str(elsewhere))
+    assert refused.returncode == 2  # lambo creates the store file, not its directory
+    assert "Invalid value for '--store': the directory" in refused.stderr
+    assert not elsewhere.parent.exists()
+    elsewhere.parent.mkdir()
     third = run("provision", "--store", str(elsewhere))
     assert third.returncode == 0, third.stderr
     assert elsewhere.is_file()
