@@ -180,9 +180,7 @@ def serve(
     Example, as an MCP client's command:
       lambo serve --session demo
     """
-    import anyio
-
-    from .serve import ServeOptions, serve_stdio
+    from .serve import ServeOptions, run_stdio
     from .text import check_agent_id, check_string
 
     flags = {
@@ -201,7 +199,7 @@ def serve(
         from .serve import refuse_http
 
         refuse_http(config, options)
-    anyio.run(serve_stdio, config, options)
+    run_stdio(config, options)
 
 
 # --- tool commands: the same service the MCP tools call ---------------------------

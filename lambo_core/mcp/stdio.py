@@ -497,7 +497,6 @@ async def bounded_stdio_server(
     try:
         wire_in, wire_out, restore = _claim_std_fds()
         try:
-
             receive_chunk = _daemon_reader(wire_in)
 
             async def send_bytes(data: bytes) -> None:
