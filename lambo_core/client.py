@@ -14,6 +14,7 @@ taken through a serve, since it lives as long as the process that holds it.
 
 from __future__ import annotations
 
+import logging
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,6 +31,8 @@ from .serve import ServeOptions, open_service, stop_service
 from .store import open_store
 from .store.base import Store
 from .text import show_safely
+
+log = logging.getLogger(__name__)
 
 Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -129,6 +132,7 @@ async def _served_locally(
             f"session {session!r} is held by {holder}, which is not answering on its "
             "socket; nothing was read or written; try again once it answers or exits"
         )
+    clean = True
     try:
         service = await anyio.to_thread.run_sync(
             open_service, store, config, ServeOptions(session=session, agent=agent)
@@ -157,6 +161,9 @@ async def _served_locally(
                     "lambo_stats", {"agent_id": writer, "receipt": receipt, "wait_ms": WAIT_MS_MAX}
                 )
         finally:
-            await anyio.to_thread.run_sync(stop_service, service)
+            clean = (await anyio.to_thread.run_sync(stop_service, service)).clean
     finally:
-        keeper.release()
+        if clean:
+            keeper.release()
+        else:  # a write may still be committing: the lease lapses with this process instead
+            log.warning("session %s: keeping the lease until this command exits", session)

@@ -310,6 +310,10 @@ class ReceiptBook:
         # Bumped whenever this server settles a durable intent an earlier server left
         # owed, so a wait on a pending_replay receipt wakes and asks the store again.
         self._replays_settled = 0
+        # Replays this server attempted that failed for a transient cause: the intent is
+        # still owed (to the next server), but here its answer is failed, not a wait.
+        # receipt id -> (agent, session, detail), oldest first.
+        self._replays_failed: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
 
         self._outstanding = 0
         self._accepted = 0
@@ -528,6 +532,14 @@ class ReceiptBook:
             return _not_ours(receipt_id, ReceiptState.FORBIDDEN)
         return _not_ours(receipt_id, ReceiptState.EXPIRED)
 
+    def replay_failed(self, receipt_id: str, agent_id: str, session: str, detail: str) -> None:
+        """A replay this server attempted failed and left the intent owed: answer it
+        failed here (nothing in this server retries it) rather than pending_replay."""
+        with self._cond:
+            self._replays_failed[receipt_id] = (agent_id, session, detail)
+            while len(self._replays_failed) > RETAIN_MAX:
+                self._replays_failed.popitem(last=False)
+
     def replay_settled(self) -> None:
         """This server applied (or failed) a durable intent an earlier server left owed:
         waits on pending_replay receipts ask the store again."""
@@ -540,6 +552,12 @@ class ReceiptBook:
 
         Called without the lock held: the hook may read the store.
         """
+        with self._lock:
+            failed_here = self._replays_failed.get(receipt_id)
+        if failed_here is not None:
+            if failed_here[:2] != (agent_id, session):
+                return _not_ours(receipt_id, ReceiptState.FORBIDDEN)
+            return ReceiptView(receipt_id, ReceiptState.FAILED, failed_here[2])
         answer = None
         if self._foreign_lookup is not None:
             answer = self._foreign_lookup(receipt_id, agent_id, session)

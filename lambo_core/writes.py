@@ -707,6 +707,13 @@ class WritePipeline:
                 self.replay_owed -= 1
             else:
                 self.failed += 1
+        if replay and keep_intent:
+            session.receipts.replay_failed(
+                intent.receipt_id,
+                intent.agent_id,
+                intent.session,
+                f"{detail}; its intent is kept, and the next server on this session replays it",
+            )
         session.receipts.settle(intent.receipt_id, ReceiptState.FAILED, detail, {})
 
     # -- embedding -------------------------------------------------------------------------

@@ -229,3 +229,33 @@ def test_the_shutdown_budget_must_end_well_inside_the_lease(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as refused:
         shutdown_budget(config(31.0))
     assert "serve.shutdown_budget_s is 31 s; it must be at most 30 s" in refused.value.message
+
+
+def test_a_replay_that_fails_here_answers_failed_at_once_not_a_full_wait(
+    tmp_path: Path,
+) -> None:
+    from lambo_core.errors import ConfigError
+
+    def no_model() -> EmbedderPlan:
+        return EmbedderPlan(lazy=None, contract=None, problem=ConfigError("no model installed"))
+
+    path = tmp_path / "n.db"
+    first = WritePipeline(Session.open(SqliteStore(path), "s", no_model())).start()
+    receipt = derive(first, "a fact no model can embed")
+    view = first.session.receipts.wait(receipt, "agent-a", "s", 30_000)
+    assert view.state is S.FAILED  # transient: the intent is kept for a server with a model
+    first.close()
+    first.session.store.close()
+
+    second = WritePipeline(Session.open(SqliteStore(path), "s", no_model())).start()
+    try:
+        assert second.wait_idle(DEADLINE_S)  # its replay was attempted, and failed again
+        view = second.session.receipts.wait(receipt, "agent-a", "s", 34_000)
+        assert view.state is S.FAILED
+        assert "no model installed" in view.detail
+        assert view.detail.endswith("the next server on this session replays it")
+        assert second.session.receipts.lookup(receipt, "agent-b", "s").state is S.FORBIDDEN
+        intent = second.session.store.get_intent(receipt)
+        assert intent is not None and intent.state is IntentState.PENDING
+    finally:
+        second.close()
