@@ -401,7 +401,7 @@ class WritePipeline:
         stopped = worker is None or not worker.is_alive()
         left = self._take_unapplied(include_handed_on=stopped)
         own = [i for i in left if not i.payload.get("_replay")]
-        flushed = self._final_flush(deadline, lease_held)
+        flushed = self._final_flush(lease_held)
         state = ReceiptState.INTENT_DURABLE if flushed else ReceiptState.CLOSE_UNFLUSHED
         for intent in own:
             receipts.settle(intent.receipt_id, state)
@@ -443,7 +443,7 @@ class WritePipeline:
                     self._idle.notify_all()
         return left
 
-    def _final_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
+    def _final_flush(self, lease_held: Callable[[], bool] | None) -> bool:
         """Whether the stop can vouch for the intents it hands on: the write-behind flushed,
         the store taking writes, the lease still this server's."""
         if lease_held is not None and not lease_held():
@@ -452,13 +452,14 @@ class WritePipeline:
                 self.session.name,
             )
             return False
-        return self._flush_write_behind(final=True) and not self.health.degraded
+        flushed, _ = self._flush_write_behind(final=True)
+        return flushed and not self.health.degraded
 
     def _retry_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
         pause = 0.1
         while time.monotonic() + pause < deadline:
             time.sleep(pause)
-            if self._final_flush(deadline, lease_held):
+            if self._final_flush(lease_held):
                 return True
             pause = min(pause * 2, 1.0)
         return False
