@@ -140,6 +140,7 @@ class Serve:
         self._elected = anyio.Event()
         self.error: LamboError | None = None
         self.budget_s = shutdown_budget(config)
+        self._stop_budget_s = self.budget_s  # what the service's stop gets of it
         self._keeper: LeaseKeeper | None = None
         self._stopped = False
         #: set when a stop ended with part of the session still running in a thread (a
@@ -172,7 +173,7 @@ class Serve:
             return keeper is None or (keeper.lease is not None and not keeper.lost.is_set())
 
         outcome = await anyio.to_thread.run_sync(
-            partial(stop_service, service, self.budget_s, lease_held=lease_held)
+            partial(stop_service, service, self._stop_budget_s, lease_held=lease_held)
         )
         if not outcome.clean:
             self.unfinished = True
@@ -206,12 +207,15 @@ class Serve:
             # refused by the hub before any tool ran: the JSON-RPC error stdio would give
             raise MCPError(exc.code, exc.message) from None
 
-    async def stop(self) -> None:
+    async def stop(self, budget_s: float | None = None) -> None:
         """Stop being part of the session: a hub hands its queue on (while its transports
-        still answer the calls in flight), a forwarder disconnects. Idempotent."""
+        still answer the calls in flight) within ``budget_s`` (default: the whole shutdown
+        budget), a forwarder disconnects. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
+        if budget_s is not None:
+            self._stop_budget_s = budget_s
         await self.hub.close()
         await self._stop_hub()
 
@@ -282,15 +286,21 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
                         server.run, server_in, server_out, server.create_initialization_options()
                     )
                     await stop.wait()
+                    # The whole stop, answers included, stays inside the one budget.
+                    ends = time.monotonic() + serve.budget_s
+
+                    def grace() -> float:
+                        return max(0.0, min(ANSWER_GRACE_S, ends - time.monotonic()))
+
                     with anyio.CancelScope(shield=True):
                         if serve.hub.role == "forwarder":
                             # Its calls are answered by the hub: let them come back first.
-                            with anyio.move_on_after(ANSWER_GRACE_S):
+                            with anyio.move_on_after(grace()):
                                 await outstanding.drained()
-                        await serve.stop()
+                        await serve.stop(max(0.0, ends - time.monotonic() - ANSWER_GRACE_S))
                         # A hub's calls in flight have their outcome now (a wait on a
                         # receipt heard it settle): let them be answered before the end.
-                        with anyio.move_on_after(ANSWER_GRACE_S):
+                        with anyio.move_on_after(grace()):
                             await outstanding.drained()
                     conn.cancel_scope.cancel()
     finally:
