@@ -336,6 +336,9 @@ class WritePipeline:
         self.health = StoreHealth(session.name, session.clock)
         # Set by close(): the worker finishes the write in hand and takes no other.
         self._stopping = threading.Event()
+        # Until when a stopping worker may still wait for a loading model for the write in
+        # its hands (time.monotonic); past it, that write is handed on too.
+        self._stop_deadline = 0.0
         self._handed_on: WriteIntent | None = None  # the write the worker gave back at stop
         self._flush_failures = 0  # consecutive refusals of the write-behind batch
         self._lock = threading.Lock()
@@ -391,10 +394,11 @@ class WritePipeline:
         receipts.close()
         with self._admit_lock:
             pass  # an admission already past its receipt has queued its intent now
-        self._stopping.set()
-        self._queue.put(None)  # wakes a worker waiting for work
         # Leave a little of the budget for the flush and the receipts.
         reserve = min(1.0, timeout / 4)
+        self._stop_deadline = deadline - 2 * reserve  # then the worker ends before the join
+        self._stopping.set()
+        self._queue.put(None)  # wakes a worker waiting for work
         worker = self._thread
         if worker is not None:
             worker.join(max(0.0, deadline - reserve - time.monotonic()))
@@ -731,11 +735,12 @@ class WritePipeline:
 
     def _wait_for_embedder(self) -> Embedder:
         """The loaded embedder, waiting for a loading one (up to ``embed_wait_s``) in short
-        slices, so that a stop is never held up behind a model load."""
+        slices: a stop lets the write in hand wait for the model within its budget, and
+        past that hands it on rather than be held up behind the load."""
         wait_s = self._embed_wait_s
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
-            if self._stopping.is_set():
+            if self._stopping.is_set() and time.monotonic() >= self._stop_deadline:
                 raise _HandedOn
             left = 0.1 if deadline is None else max(0.0, deadline - time.monotonic())
             try:

@@ -119,12 +119,34 @@ def test_a_write_waiting_for_the_model_is_handed_on_not_failed(
     plan = EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract)
     p = WritePipeline(Session.open(SqliteStore(tmp_path / "m.db"), "s", plan)).start()
     receipts = [derive(p, f"fact {i}") for i in range(3)]
-    report = p.close(timeout=DEADLINE_S)
+    report = p.close(timeout=0.5)  # the model does not load within the stop's budget
     loaded.set()
     assert report.worker_stopped and (report.applied, report.deferred) == (0, 3)
     assert [state(p, r) for r in receipts] == [S.INTENT_DURABLE] * 3
     assert p.stats()["write_queue_failed"] == 0
     assert [i.state for i in p.session.store.pending_intents("s")] == [IntentState.PENDING] * 3
+
+
+def test_a_model_that_loads_during_the_stop_lets_the_write_in_hand_apply(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    loaded = threading.Event()
+
+    def load() -> Any:
+        assert loaded.wait(DEADLINE_S)
+        return minilm
+
+    plan = EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract)
+    p = WritePipeline(Session.open(SqliteStore(tmp_path / "m.db"), "s", plan)).start()
+    receipts = [derive(p, f"fact {i}") for i in range(3)]
+    thread, reports = close_in_thread(p, timeout=DEADLINE_S)
+    while not p.session.receipts.closing:
+        time.sleep(0.001)
+    loaded.set()  # a short-lived client's write, made while the model was loading
+    thread.join(DEADLINE_S)
+    (report,) = reports
+    assert report.worker_stopped and (report.applied, report.deferred) == (1, 2)
+    assert [state(p, r) for r in receipts] == [S.APPLIED, S.INTENT_DURABLE, S.INTENT_DURABLE]
 
 
 def test_a_refused_final_flush_answers_close_unflushed(
