@@ -284,10 +284,11 @@ class _HandedOn(Exception):
     here, and the stop hands it on as a durable intent."""
 
 
-STORE_REFUSED_WRITE = (
-    "the store refused this write (the detail is in the serve's log); its intent is kept, so "
-    "the next server on this session replays it"
+KEPT_FOR_REPLAY = (
+    "; nothing was written by this server, and the write's intent is kept: the next server "
+    "on this session replays it"
 )
+STORE_REFUSED_WRITE = "the store refused this write (the detail is in the serve's log)"
 
 
 @dataclass(frozen=True)
@@ -695,7 +696,10 @@ class WritePipeline:
         if exc.detail:
             log.warning("write %s failed: %s", intent.receipt_id, exc.detail)
         detail = exc.render()
-        if not detail.endswith(NOTHING_WRITTEN):
+        if keep_intent:
+            # Not "nothing was written" alone: a later server applies it from its intent.
+            detail = detail.removesuffix(NOTHING_WRITTEN) + KEPT_FOR_REPLAY
+        elif not detail.endswith(NOTHING_WRITTEN):
             detail += NOTHING_WRITTEN
         if not keep_intent:
             try:
@@ -714,10 +718,7 @@ class WritePipeline:
                 self.failed += 1
         if replay and keep_intent:
             session.receipts.replay_failed(
-                intent.receipt_id,
-                intent.agent_id,
-                intent.session,
-                f"{detail}; its intent is kept, and the next server on this session replays it",
+                intent.receipt_id, intent.agent_id, intent.session, detail
             )
         session.receipts.settle(intent.receipt_id, ReceiptState.FAILED, detail, {})
 

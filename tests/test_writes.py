@@ -249,7 +249,11 @@ def test_without_a_model_writes_fail_on_the_receipt_and_stay_owed(
     view = settled(p, derive(p, c("needs an embedder")))
     assert view.state is ReceiptState.FAILED
     assert "lambo model pull" in view.detail and "canonical" in view.detail
-    assert view.detail.endswith("nothing was written")
+    # not "nothing was written" alone: the intent is kept, and says so
+    assert view.detail.endswith(
+        "; nothing was written by this server, and the write's intent is kept: the next "
+        "server on this session replays it"
+    )
     assert p.session.index.graph.concepts_with_key("needs an embedder") == []
     p.close()
     # The intent is kept: a server that has the model applies it.

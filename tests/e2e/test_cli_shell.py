@@ -149,7 +149,10 @@ def test_a_write_that_fails_exits_1_also_with_json(lambo_home: Path) -> None:
     assert line.startswith(
         'lambo: failed — configuration error: embedder.model "nosuchmodel" is not a catalog model'
     )
-    assert line.endswith("; nothing was written")
+    assert line.endswith(
+        "; nothing was written by this server, and the write's intent is kept: the next "
+        "server on this session replays it"
+    )
     no_advice(out)
 
     as_json = lambo(home, "derive", "--session", "nm", "--content", "a fact", "--json")
