@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -42,6 +43,7 @@ from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
 from .store import open_store
 from .store.base import Store
+from .store.files import readable_by_others
 from .writes import StopReport, WritePipeline
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,19 @@ def stop_service(
     return StopOutcome(report, settled)
 
 
+def warn_if_readable_by_others(store_path: Path) -> None:
+    """Memory may hold secrets: say so when other accounts can read the store's files."""
+    for path in (store_path, Path(f"{store_path}-wal"), Path(f"{store_path}-shm")):
+        mode = readable_by_others(path)
+        if mode is not None:
+            log.warning(
+                "the store file %s can be read by other accounts (mode %s); memory may hold "
+                "secrets: chmod 600 it (new stores are created 600)",
+                path,
+                mode,
+            )
+
+
 def tool_names() -> list[str]:
     return list(SERVED_TOOLS)
 
@@ -127,6 +142,8 @@ class Serve:
         self.options = options
         sqlite = config.store_kind == "sqlite"
         self.store = open_store(config.store_kind, config.store_path if sqlite else None)
+        if sqlite:
+            warn_if_readable_by_others(config.store_path)
         self.service: MemoryService | None = None
         self.hub = SessionHub(
             self.store,

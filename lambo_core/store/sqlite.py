@@ -57,6 +57,7 @@ from ..model import (
 )
 from . import migrations
 from .base import EDGE_WEIGHT_CAP
+from .files import create_private_file, make_private_dirs
 
 BUSY_TIMEOUT_MS = 5000
 _CHUNK = 500  # rows fetched per read-lock hold; ids bound per DELETE
@@ -148,9 +149,10 @@ class SqliteStore:
         self._read_lock = threading.RLock()
         self._closed = False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.path.parent)
+            create_private_file(self.path)  # 600 before SQLite makes it (and its -wal, -shm)
         except OSError as exc:
-            raise StoreError("the store's directory could not be created", detail=str(exc)) from exc
+            raise StoreError("the store's file could not be created", detail=str(exc)) from exc
         self._wconn = self._connect(write=True)
         try:
             #: versions this open applied (what `lambo provision` reports)
