@@ -61,8 +61,10 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import stat
+import tempfile
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -1093,6 +1095,8 @@ class SessionHub:
         #: what is wrong with this serve's socket directory, without its path (for callers)
         self._dir_rule: str | None = None
         self._own_path: Path | None = None
+        #: the private directory this serve made to publish in, when the spec's was unusable
+        self._private_dir: Path | None = None
         self._handler: Handler | None = None
         self._server: HubServer | None = None
         self._forwarder: Forwarder | None = None
@@ -1118,17 +1122,45 @@ class SessionHub:
                 own_dir = prepare_socket_dir(socket_dir(self._env))
                 self._own_path = socket_path(own_dir, self.session, self.store_path)
             except (SocketDirRefused, SocketPathTooLong) as exc:
-                self.publish_problem = exc.message
                 if isinstance(exc, SocketDirRefused):
                     self._dir_rule = exc.rule
-                log.warning(
-                    "hub: %s; this serve publishes nothing (other serves of the session cannot "
-                    "forward to it), and serves its own client when it holds the session",
-                    exc.message,
-                )
+                self._publish_privately(exc.message)
         if not await self._elect():
             self._start_election()
         return self.role
+
+    def _publish_privately(self, why: str) -> None:
+        """The spec's directory cannot be used (another account made it, it is not 700, the
+        path is too long): publish in a fresh private directory of this serve's own, which
+        no other account can have made first, and which forwarders find through the lease
+        record. Only if even that fails does the serve publish nothing (and still serves its
+        own client)."""
+        assert self.store_path is not None
+        try:
+            private = Path(tempfile.mkdtemp(prefix=f"{APP}-{_current_uid()}-", dir="/tmp"))
+        except OSError as exc:
+            self.publish_problem = why
+            log.warning(
+                "hub: %s, and no private directory could be made (%s); this serve publishes "
+                "nothing (other serves of the session cannot forward to it), and serves its "
+                "own client when it holds the session",
+                why,
+                exc.strerror,
+            )
+            return
+        self._private_dir = private
+        try:
+            self._own_path = socket_path(private, self.session, self.store_path)
+        except SocketPathTooLong as exc:
+            self.publish_problem = f"{why}; {exc.message}"
+            log.warning("hub: %s; this serve publishes nothing", self.publish_problem)
+            return
+        log.warning(
+            "hub: %s; this serve publishes in a private directory of its own instead, %s "
+            "(other serves find it through the session lease)",
+            why,
+            private,
+        )
 
     async def close(self) -> None:
         self.role = "closed"
@@ -1152,6 +1184,9 @@ class SessionHub:
         await self._stop_hub()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        private, self._private_dir = self._private_dir, None
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
 
     # -- calls -------------------------------------------------------------------------
 

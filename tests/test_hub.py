@@ -42,6 +42,7 @@ from lambo_core.hub import (
     LeaseKeeper,
     SessionHub,
     SocketPathTooLong,
+    check_socket_dir,
     holder_dead_here,
     holder_description,
     http_refusal,
@@ -892,7 +893,7 @@ def test_a_hub_that_loses_its_lease_stops_and_forwards_to_the_new_holder(
     run(main)
 
 
-def test_a_serve_whose_socket_path_is_too_long_serves_its_own_client(
+def test_a_serve_whose_socket_path_is_too_long_publishes_in_a_private_directory(
     db: Path, store: SqliteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="lh-"))
@@ -904,18 +905,24 @@ def test_a_serve_whose_socket_path_is_too_long_serves_its_own_client(
         async def on_become_hub(keeper: LeaseKeeper) -> Handler:
             return named("alone")
 
-        async def main() -> None:
+        async def main() -> Path:
             serve = SessionHub(store, "s", db, "serve", on_become_hub)
             try:
                 assert await serve.start() == "hub"
-                assert serve.socket is None
-                assert serve.publish_problem is not None and "104" in serve.publish_problem
+                assert serve.publish_problem is None
+                assert serve.socket is not None
+                private = serve.socket.parent
+                assert private.parent == Path("/tmp") and check_socket_dir(private)
+                lease = store.get_lease("s")
+                assert lease is not None and lease.socket == str(serve.socket)
                 assert (await serve.call("t", {}))["structuredContent"]["who"] == "alone"
+                return private
             finally:
                 await serve.close()
 
-        run(main)
+        private = run(main)
         assert list((deep / "lambo").iterdir()) == []
+        assert not private.exists()  # removed with the serve
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -1111,13 +1118,72 @@ async def _handler(name: str) -> Handler:
     return named(name)
 
 
-def test_a_serve_whose_socket_dir_is_unsafe_serves_its_own_client_and_says_the_fix(
-    runtime: Path, db: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("squat", ["mode 755", "another owner", "a symlink"])
+def test_a_squatted_socket_dir_costs_no_client_its_memory(
+    runtime: Path, db: Path, caplog: pytest.LogCaptureFixture, squat: str
+) -> None:
+    """Another account made (or loosened) this user's socket directory: the holder
+    publishes in a private directory of its own, and serves in either environment
+    forward to it through the lease."""
+    loose = runtime / "lambo"
+    if squat == "a symlink":
+        target = _short_dir()
+        loose.symlink_to(target)
+    else:
+        loose.mkdir()
+        loose.chmod(0o755 if squat == "mode 755" else 0o700)
+        if squat == "another owner":
+            if os.getuid() != 0:
+                pytest.skip("making a directory another account owns needs root")
+            os.chown(loose, 65534, 65534)
+    good = _short_dir()
+    stores = [SqliteStore(db) for _ in range(3)]
+
+    async def main() -> None:
+        holder = SessionHub(stores[0], "s", db, "holder", lambda _k: _handler("alone"))
+        same_env = SessionHub(stores[1], "s", db, "two", lambda _k: _never(), settle_wait=0.05)
+        good_env = SessionHub(
+            stores[2], "s", db, "three", lambda _k: _never(),
+            env={"XDG_RUNTIME_DIR": str(good)}, settle_wait=0.05,
+        )  # fmt: skip
+        try:
+            with caplog.at_level("WARNING", logger="lambo.hub"):
+                assert await holder.start() == "hub"
+            assert (await holder.call("t", {}))["structuredContent"]["who"] == "alone"
+            assert holder.socket is not None and holder.socket.parent != loose
+            assert holder.publish_problem is None
+            assert any("private directory of its own" in r.getMessage() for r in caplog.records)
+            if squat != "a symlink":
+                assert list(loose.iterdir()) == []  # nothing of ours in their directory
+            lease = stores[0].get_lease("s")
+            assert lease is not None and lease.socket == str(holder.socket)
+            for forwarder in (same_env, good_env):
+                assert await forwarder.start() == "forwarder"
+                assert (await forwarder.call("t", {}))["structuredContent"]["who"] == "alone"
+        finally:
+            for serve in (good_env, same_env, holder):
+                await serve.close()
+
+    try:
+        run(main)
+    finally:
+        for opened in stores:
+            opened.close()
+        shutil.rmtree(good, ignore_errors=True)
+
+
+def test_a_holder_that_can_publish_nowhere_serves_its_client_and_others_hear_the_fix(
+    runtime: Path, db: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loose = runtime / "lambo"
     loose.mkdir()
     loose.chmod(0o755)
+
+    def no_private_dir(*args: Any, **kwargs: Any) -> str:
+        raise OSError(28, "No space left on device")
+
     good = _short_dir()
+    monkeypatch.setattr("lambo_core.hub.tempfile.mkdtemp", no_private_dir)
     stores = [SqliteStore(db) for _ in range(3)]
 
     async def main() -> None:
@@ -1198,7 +1264,7 @@ def test_an_alive_holder_whose_socket_was_deleted_is_said_to_be_alive(
         _reap(proc)
 
 
-def test_a_holder_whose_socket_path_is_too_long_is_said_to_be_alive(
+def test_a_holder_whose_socket_path_is_too_long_is_found_in_its_private_directory(
     db: Path, runtime: Path
 ) -> None:
     root = _short_dir()
@@ -1214,13 +1280,11 @@ def test_a_holder_whose_socket_path_is_too_long_is_said_to_be_alive(
             )  # fmt: skip
             other = SessionHub(stores[1], "s", db, "two", lambda _k: _never(), settle_wait=0.05)
             try:
-                assert await holder.start() == "hub" and holder.socket is None
+                assert await holder.start() == "hub" and holder.socket is not None
                 lease = stores[0].get_lease("s")
-                assert lease is not None and lease.socket == ""
-                assert await other.start() == "electing"
-                assert await other.call("t", {}) == tool_error(
-                    HOLDER_UNREACHABLE_TEXT.format(pid=os.getpid())
-                )
+                assert lease is not None and lease.socket == str(holder.socket)
+                assert await other.start() == "forwarder"
+                assert (await other.call("t", {}))["structuredContent"]["who"] == "alone"
             finally:
                 await other.close()
                 await holder.close()
