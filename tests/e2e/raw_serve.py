@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,6 +21,7 @@ class RawServe:
         session: str = "crash",
         stderr: IO[bytes] | int | None = subprocess.DEVNULL,
         env: dict[str, str] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         argv = [*lambo_argv(), "serve", "--session", session, "--store", str(store)]
         self.proc = subprocess.Popen(
@@ -29,6 +31,7 @@ class RawServe:
             stderr=stderr,
             env={**serve_env(home), **(env or {})},
             cwd=home,
+            preexec_fn=preexec,  # a test's resource limit, set in the child before exec
         )
         self.next_id = 0
         self.answers: dict[int, dict[str, Any]] = {}  # read while waiting for another id
