@@ -32,6 +32,7 @@ from .cli_output import (
 from .config import Config, load_config, render_default_file, render_show, store_flags
 from .embed.commands import model_group
 from .errors import ConfigError, ErrorKind, LamboError, ParameterError
+from .log_limits import install_stderr_queue
 from .receipts import WAIT_MS_MAX
 
 if TYPE_CHECKING:
@@ -48,9 +49,8 @@ _USAGE_KINDS = (ErrorKind.PARAMETER, ErrorKind.CONFIGURATION)
 def _setup_logging() -> None:
     level_name = os.environ.get("LAMBO_LOG", "WARNING").upper()
     level = getattr(logging, level_name, logging.WARNING)
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="lambo %(levelname)s %(name)s: %(message)s"
-    )
+    # Through a bounded queue: a client that never reads stderr cannot stall the serve.
+    install_stderr_queue(sys.stderr, level, "lambo %(levelname)s %(name)s: %(message)s")
 
 
 def reports_errors(fn: F) -> F:

@@ -313,6 +313,120 @@ def test_bad_lines_answered_only_when_they_claim_json_rpc(server: ServerProcess)
     assert MARKER not in log
 
 
+NESTED = b"[" * 300 + b"]" * 300  # past pydantic's parser (about 250 levels)
+TOO_DEEP = b"[" * 5000 + b"]" * 5000  # past Python's parser too
+
+
+def call_line(request_id: bytes, arguments: bytes = b'{"text":"x"}') -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","id":' + request_id + b',"method":"tools/call",'
+        b'"params":{"name":"echo","arguments":' + arguments + b"}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "expected_id", "code", "message"),
+    [
+        # ids JSON-RPC does not allow: Invalid Request, id null
+        *(
+            (call_line(raw), None, -32600, "Invalid Request: id must be a string or an integer")
+            for raw in (
+                b"1.5",
+                b"1.0",
+                b"true",
+                b"false",
+                b"null",
+                b"{}",
+                b"[]",
+                b"NaN",
+                b"-Infinity",
+            )
+        ),
+        # a batch: one answer, id null
+        (
+            b"[" + call_line(b"1").rstrip() + b"," + call_line(b"2").rstrip() + b"]\n",
+            None,
+            -32600,
+            "Invalid Request: batches are not supported; send one request per line",
+        ),
+        (b'[{"jsonrpc":"2.0","id":3,"method":"ping"}]\n', None, -32600, None),
+        (b'[{"jsonrpc":"2.0"}\n', None, -32700, "Parse error"),
+        # nested too deeply: its id, read from the line
+        (
+            call_line(b"76", b'{"text":"x","deep":' + NESTED + b"}"),
+            76,
+            -32600,
+            "Invalid Request: nested too deeply to read",
+        ),
+        (
+            call_line(b"77", b'{"text":' + TOO_DEEP + b"}"),
+            77,
+            -32600,
+            "Invalid Request: nested too deeply to read",
+        ),
+        (
+            b'{"jsonrpc":"2.0","method":"tools/call","params":' + TOO_DEEP + b',"id":"deep"}\n',
+            "deep",
+            -32600,
+            None,
+        ),
+    ],
+)
+def test_requests_nobody_can_serve_are_answered_as_the_protocol_says(
+    server: ServerProcess, line: bytes, expected_id: Any, code: int, message: str | None
+) -> None:
+    server.write(line)
+    reply = server.read()
+    assert reply["id"] == expected_id, reply
+    assert reply["error"]["code"] == code, reply
+    if message is not None:
+        assert reply["error"]["message"] == message
+    server.echo("still serving")
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        b'{"text":"\\ud800"}',  # a lone surrogate, escaped: valid JSON pydantic refuses
+        b'{"text":"\\udfff tail","more":"\\ud83d\\ude00"}',
+    ],
+)
+def test_json_only_pythons_parser_reads_reaches_the_tool_with_its_id(
+    server: ServerProcess, arguments: bytes
+) -> None:
+    # The tool itself judges the value (lambo's text rule refuses the field by name).
+    server.write(call_line(b'"odd-1"', arguments))
+    reply = server.read()
+    assert reply["id"] == "odd-1", reply
+    assert "result" in reply, reply
+
+
+def test_an_id_with_a_lone_surrogate_is_echoed_as_sent(server: ServerProcess) -> None:
+    server.write(b'{"jsonrpc":"2.0","id":"a\\ud800","method":"ping"}\n')
+    line = server.lines.get(timeout=TIMEOUT)
+    assert line is not None
+    assert b'"id":"a\\ud800"' in line  # escaped ASCII JSON: the client's id exactly
+    assert json.loads(line)["result"] == {}
+
+
+def test_bad_lines_are_logged_a_few_at_a_time(tmp_path: Path) -> None:
+    proc = spawn(tmp_path)
+    try:
+        proc.initialize()
+        proc.write(b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}\n' * 2000)
+        for _ in range(2000):
+            assert proc.read()["id"] is None
+        proc.echo("after the flood")
+        assert proc.proc.stdin is not None
+        proc.proc.stdin.close()
+        assert proc.proc.wait(TIMEOUT) == 0
+        log = proc.wait_for_stderr("were not logged one by one")
+        assert log.count("has an id of no id type") <= 10
+        assert "more stdio: bad request lines in the last" in log
+    finally:
+        proc.close()
+
+
 def test_a_stray_print_goes_to_stderr_not_the_wire(server: ServerProcess) -> None:
     server.echo("print something")
     # The print is block-buffered; it is flushed at the latest when the server exits,

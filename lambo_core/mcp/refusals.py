@@ -22,6 +22,12 @@ PARSE_ERROR = types.PARSE_ERROR
 UNKNOWN_TOOL = "unknown tool; call tools/list for the tools"
 PARSE_ERROR_TEXT = "Parse error"
 INVALID_REQUEST_TEXT = "Invalid Request"
+#: a request whose id is a float, a boolean, null, an object or an array (answered with id null)
+INVALID_ID_TEXT = "Invalid Request: id must be a string or an integer"
+#: a JSON array of messages: the MCP versions served have no JSON-RPC batches
+BATCH_TEXT = "Invalid Request: batches are not supported; send one request per line"
+#: JSON nested deeper than the parser reads (no tool argument nests past a few levels)
+TOO_DEEP_TEXT = "Invalid Request: nested too deeply to read"
 
 
 def too_large_text(max_line: int) -> str:

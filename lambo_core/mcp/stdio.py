@@ -43,7 +43,16 @@ import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from .refusals import INVALID_REQUEST_TEXT, MIB, PARSE_ERROR_TEXT, too_large_text
+from ..log_limits import RateLimitedWarnings
+from .refusals import (
+    BATCH_TEXT,
+    INVALID_ID_TEXT,
+    INVALID_REQUEST_TEXT,
+    MIB,
+    PARSE_ERROR_TEXT,
+    TOO_DEEP_TEXT,
+    too_large_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +258,13 @@ def extract_request_id(head: bytes, tail: bytes = b"") -> RequestId | None:
 
 def _serialize(message: types.JSONRPCMessage) -> bytes:
     # As the SDK's stdio writer: exclude_unset keeps an explicit "id": null in an error.
-    return (message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
+    try:
+        return (message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode("utf-8")
+    except (pydantic_core.PydanticSerializationError, UnicodeEncodeError):
+        # A lone surrogate the client sent (in its id, say) has no UTF-8 form: answer in
+        # ASCII JSON, where it is escaped (\\ud800) exactly as the client wrote it.
+        data = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return (json.dumps(data, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> bytes:
@@ -260,29 +275,106 @@ def _error(request_id: RequestId | None, code: int, message: str) -> bytes:
     )
 
 
-def _claims_jsonrpc(line: bytearray) -> bool:
+def _claims_jsonrpc(line: bytes | bytearray) -> bool:
     stripped = line.lstrip()
-    return stripped.startswith(b"{") and b'"jsonrpc"' in stripped
+    return stripped.startswith((b"{", b"[")) and b'"jsonrpc"' in stripped
 
 
-def _reply_to_invalid(line: bytearray) -> bytes | None:
-    """The answer to a line that is not a valid JSON-RPC message, or None to stay silent.
+class _TooDeep(ValueError):
+    """JSON nested deeper than the parsers read."""
 
-    Only what claims to be JSON-RPC is answered, so a peer's stray output (a log
-    line) never draws a reply: a line that starts an object naming ``jsonrpc`` but
-    is not JSON gets -32700; a JSON request attempt (naming ``jsonrpc`` and
-    ``method``, holding neither ``result`` nor ``error``) gets -32600 with its id
-    when that is an integer or a short string. A response is never answered.
+
+def _load_json(line: bytes | bytearray) -> object:
+    """One line as JSON: pydantic's parser, then Python's for what only Python reads.
+
+    pydantic refuses a lone surrogate escaped in a string (``"\\ud800"``), which is
+    valid JSON: Python's parser reads it, so the request reaches the tool and its text
+    rule refuses the field by name, as on the hub socket. Nesting past pydantic's
+    limit (about 250 levels; no tool argument nests past a few) is ``_TooDeep``.
+    Raises ValueError for anything that is not JSON.
     """
-    if not _claims_jsonrpc(line):
-        return None
     try:
-        obj = pydantic_core.from_json(line)
+        return pydantic_core.from_json(line)
+    except ValueError as exc:
+        if "recursion limit" in str(exc):
+            raise _TooDeep(str(exc)) from None
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise _TooDeep("nested too deeply") from None
+
+
+def _allowed_id(value: object) -> bool:
+    """An id JSON-RPC allows a request (MCP also forbids null)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with one line: dispatch ``message``, answer ``reply``, or neither; why."""
+
+    message: types.JSONRPCMessage | None = None
+    reply: bytes | None = None
+    reason: str = ""
+
+
+_NOT_A_REQUEST = "is not a JSON-RPC request; not answered"
+
+
+def _answered(request_id: RequestId | None, code: int, text: str, reason: str) -> Verdict:
+    return Verdict(reply=_error(request_id, code, text), reason=reason + "; answered with an error")
+
+
+def judge_line(line: bytes | bytearray) -> Verdict:
+    """Dispatch, answer or ignore one complete line of at most the size limit.
+
+    Every request gets an answer: a valid one is dispatched; one that claims
+    JSON-RPC (an object or array naming ``jsonrpc``) but cannot be served gets
+    the JSON-RPC error the protocol prescribes, with its id when that is
+    readable and allowed: -32700 for a line that is not JSON; -32600 for a batch
+    (id null), an id that is not a string or an integer (id null), JSON nested
+    too deeply to read (its id read from the line's ends) or any other invalid
+    request. A request whose only flaw is a lone surrogate in a string is
+    dispatched: the tool refuses the field. Anything else that is not a
+    request, such as a peer's stray log line or a response, is never answered,
+    so two peers cannot answer each other's noise forever.
+    """
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:
-        return _error(None, types.PARSE_ERROR, PARSE_ERROR_TEXT)
-    if not isinstance(obj, dict) or "method" not in obj or "result" in obj or "error" in obj:
-        return None
-    return _error(_valid_id(obj.get("id")), types.INVALID_REQUEST, INVALID_REQUEST_TEXT)
+        pass
+    else:
+        # pydantic reads a request with a float or boolean id as a notification.
+        if not isinstance(message, types.JSONRPCNotification) or b'"id"' not in line:
+            return Verdict(message)
+    claims = _claims_jsonrpc(line)
+    try:
+        obj = _load_json(line)
+    except _TooDeep:
+        if not claims:
+            return Verdict(reason="is nested too deeply to read and " + _NOT_A_REQUEST)
+        rid = extract_request_id(bytes(line[:EDGE]), bytes(line[-EDGE:]))
+        return _answered(rid, types.INVALID_REQUEST, TOO_DEEP_TEXT, "is nested too deeply")
+    except ValueError:
+        if not claims:
+            return Verdict(reason=_NOT_A_REQUEST)
+        return _answered(None, types.PARSE_ERROR, PARSE_ERROR_TEXT, "is not JSON")
+    if isinstance(obj, list):
+        if not claims or not line.lstrip().startswith(b"["):
+            return Verdict(reason=_NOT_A_REQUEST)
+        return _answered(None, types.INVALID_REQUEST, BATCH_TEXT, "is a batch")
+    if not claims or not isinstance(obj, dict):
+        return Verdict(reason=_NOT_A_REQUEST)
+    if "method" not in obj or "result" in obj or "error" in obj:
+        return Verdict(reason=_NOT_A_REQUEST)  # a response is never answered
+    if "id" in obj and not _allowed_id(obj["id"]):
+        return _answered(None, types.INVALID_REQUEST, INVALID_ID_TEXT, "has an id of no id type")
+    try:
+        message = types.jsonrpc_message_adapter.validate_python(obj, by_name=False)
+    except ValueError:
+        rid = _valid_id(obj.get("id"))
+        return _answered(rid, types.INVALID_REQUEST, INVALID_REQUEST_TEXT, "is invalid")
+    return Verdict(message)
 
 
 @contextlib.asynccontextmanager
@@ -320,8 +412,12 @@ async def bounded_message_streams(
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
 
+    # A client may send any number of bad lines: warn about a few, then count them.
+    bad_lines = RateLimitedWarnings(log, f"{peer}: bad request lines")
+
     async def handle(item: Line | OversizedLine) -> None:
         if isinstance(item, OversizedLine):
+            # Each costs the sender over 4 MiB: these cannot flood the log, so each is logged.
             log.warning(
                 "%s: request line of %d bytes is over the %d-byte limit; discarded and answered",
                 peer,
@@ -336,23 +432,13 @@ async def bounded_message_streams(
         line = item.data
         if not line or line.isspace():
             return
-        try:
-            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ValueError:
-            pass
-        else:
-            await read_send.send(SessionMessage(message))
+        verdict = judge_line(line)
+        if verdict.message is not None:
+            await read_send.send(SessionMessage(verdict.message))
             return
-        reply = _reply_to_invalid(line)
-        if reply is None:
-            log.warning(
-                "%s: line of %d bytes is not a JSON-RPC request; not answered", peer, len(line)
-            )
-        else:
-            log.warning(
-                "%s: invalid JSON-RPC line of %d bytes; answered with an error", peer, len(line)
-            )
-            await write(reply)
+        bad_lines.warning("%s: line of %d bytes %s", peer, len(line), verdict.reason)
+        if verdict.reply is not None:
+            await write(verdict.reply)
         await read_send.send(LineRejected("invalid JSON-RPC message", len(line)))
 
     async def reader() -> None:
@@ -361,6 +447,7 @@ async def bounded_message_streams(
                 while True:
                     chunk = await receive_chunk()
                     if not chunk:
+                        bad_lines.flush()
                         if splitter.pending:
                             log.warning(
                                 "%s: input ended inside a line of %d bytes; not answered",

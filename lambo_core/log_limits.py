@@ -1,0 +1,167 @@
+"""Logging that neither floods stderr nor blocks on it.
+
+A client can send a serve any number of bad lines, and a client may never read
+the serve's stderr pipe. So warnings about bad input are rate-limited
+(``RateLimitedWarnings``: the first few of each interval one by one, then one
+summary line with the count), and every log record goes through a bounded
+queue to one writer thread (``install_stderr_queue``): when stderr is full the
+record is dropped and counted, never waited for, so neither the event loop nor
+the stdin reader can stall on a pipe nobody drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import IO
+
+QUEUE_RECORDS = 1000
+"""How many log records may wait for stderr before new ones are dropped."""
+EXIT_FLUSH_S = 1.0
+"""How long an exiting process waits for queued records to reach stderr."""
+
+
+class RateLimitedWarnings:
+    """WARN lines about one kind of event, at most ``burst`` per ``interval`` seconds.
+
+    Past the burst, events are counted; the first event after the interval ends
+    (or ``flush``) logs one summary line with the count and starts a new interval.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        *,
+        burst: int = 5,
+        interval: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = logger
+        self._what = what
+        self._burst = burst
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._window_start = clock()
+        self._logged = 0
+        self._suppressed = 0
+
+    @property
+    def suppressed(self) -> int:
+        """Events counted but not yet logged one by one or in a summary."""
+        return self._suppressed
+
+    def warning(self, message: str, *args: object) -> None:
+        with self._lock:
+            now = self._clock()
+            if now - self._window_start >= self._interval:
+                self._summarize(now)
+            if self._logged < self._burst:
+                self._logged += 1
+                self._log.warning(message, *args)
+                return
+            self._suppressed += 1
+
+    def flush(self) -> None:
+        """Log the summary of what was counted so far (at the end of input, say)."""
+        with self._lock:
+            self._summarize(self._clock())
+
+    def _summarize(self, now: float) -> None:
+        if self._suppressed:
+            self._log.warning(
+                "%d more %s in the last %.0f s were not logged one by one",
+                self._suppressed,
+                self._what,
+                now - self._window_start,
+            )
+        self._window_start = now
+        self._logged = 0
+        self._suppressed = 0
+
+
+class DroppingQueueHandler(logging.handlers.QueueHandler):
+    """A QueueHandler that drops (and counts) a record when its bounded queue is full."""
+
+    def __init__(self, records: queue.Queue[logging.LogRecord]) -> None:
+        super().__init__(records)
+        self._dropped_lock = threading.Lock()
+        self.dropped = 0
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            with self._dropped_lock:
+                self.dropped += 1
+
+    def flush(self) -> None:
+        """Wait (up to ``EXIT_FLUSH_S``) for queued records to be written.
+
+        ``logging.shutdown`` calls this at exit, so the last lines are not lost; a
+        stderr nobody reads cannot hold the exit longer than that.
+        """
+        records = self.queue
+        if isinstance(records, queue.Queue):
+            with records.all_tasks_done:
+                records.all_tasks_done.wait_for(
+                    lambda: records.unfinished_tasks == 0, timeout=EXIT_FLUSH_S
+                )
+
+    def take_dropped(self) -> int:
+        with self._dropped_lock:
+            dropped, self.dropped = self.dropped, 0
+        return dropped
+
+
+class _CountingStream(logging.StreamHandler):  # type: ignore[type-arg]
+    """The writer thread's handler: before each record, says how many were dropped."""
+
+    def __init__(self, stream: IO[str], front: DroppingQueueHandler) -> None:
+        super().__init__(stream)
+        self._front = front
+
+    def emit(self, record: logging.LogRecord) -> None:
+        dropped = self._front.take_dropped()
+        if dropped:
+            note = logging.LogRecord(
+                record.name,
+                logging.WARNING,
+                __file__,
+                0,
+                "%d log lines were dropped: stderr was not being read",
+                (dropped,),
+                None,
+            )
+            super().emit(note)
+        super().emit(record)
+
+
+def install_stderr_queue(
+    stream: IO[str], level: int, fmt: str, *, capacity: int = QUEUE_RECORDS
+) -> DroppingQueueHandler | None:
+    """Route the root logger through a bounded queue to one daemon thread writing ``stream``.
+
+    Like ``logging.basicConfig``, does nothing (None) when the root logger already
+    has handlers (a test's log capture, an embedding program). At exit
+    (``logging.shutdown``), queued records get up to ``EXIT_FLUSH_S`` to be
+    written; a stderr nobody reads cannot hold the exit.
+    """
+    root = logging.getLogger()
+    if root.handlers:
+        return None
+    records: queue.Queue[logging.LogRecord] = queue.Queue(capacity)
+    front = DroppingQueueHandler(records)
+    back = _CountingStream(stream, front)
+    back.setFormatter(logging.Formatter(fmt))
+    listener = logging.handlers.QueueListener(records, back, respect_handler_level=False)
+    listener.start()  # a daemon thread: a write blocked on a full pipe never holds the exit
+    root.addHandler(front)
+    root.setLevel(level)
+
+    return front
