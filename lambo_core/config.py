@@ -378,7 +378,23 @@ KEYS: tuple[Key, ...] = (
     Key("serve", "port", 7700, "HTTP port", minimum=1, maximum=65535),
     Key("serve", "agent", "lambo", "the id this process holds the session lease under"),
     Key("serve", "auth_token", "", "bearer token for HTTP off loopback", env="LAMBO_AUTH_TOKEN"),
-    Key("serve", "lease_ttl_s", 45.0, "session lease time to live", minimum=1.0, maximum=3600.0),
+    Key(
+        "serve",
+        "lease_ttl_s",
+        45.0,
+        "session lease time to live (the holder heartbeats every third of it)",
+        minimum=1.0,
+        maximum=3600.0,
+    ),
+    Key(
+        "serve",
+        "forward_timeout_s",
+        30.0,
+        "how long a call forwarded to the session's hub waits for its answer, beyond the "
+        "call's own wait_ms; a hub silent that long counts as gone",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
     Key(
         "serve",
         "shutdown_budget_s",

@@ -84,7 +84,8 @@ from .mcp.refusals import (
 )
 from .model import Lease
 from .paths import APP, socket_dir
-from .store.base import Store
+from .receipts import WAIT_MS_MAX
+from .store.base import Fence, Store
 from .store.sqlite import read_lease
 
 log = logging.getLogger("lambo.hub")
@@ -99,6 +100,10 @@ MAX_LINE = MAX_REQUEST + 64 * 1024
 MAX_ANSWER_LINE = 64 * 1024 * 1024
 LEASE_TTL = 45.0
 HEARTBEAT = 15.0
+#: [serve] forward_timeout_s's default: how long a forwarded call waits for the hub's
+#: answer, beyond the call's own wait_ms (a recall waiting for a loading model is the
+#: longest call that waits on nothing else)
+DEFAULT_FORWARD_TIMEOUT_S = 30.0
 TOO_LARGE = too_large_text(MAX_REQUEST)
 SOCKET_DIR_ADVICE = "remove the directory or point XDG_RUNTIME_DIR at one you own"
 HUB_GONE_TEXT = (
@@ -464,8 +469,10 @@ class LeaseKeeper:
     """This process's hold on a session's lease: acquire, heartbeat, notice loss, release.
 
     ``lost`` is set when a heartbeat finds the lease taken over by another
-    process (or could not be renewed before it expired): the serve must stop
-    writing at once.
+    process (or could not be renewed before it expired), or when the store
+    fenced out one of this holder's writes: the serve must stop writing at once.
+    Each acquisition gives the store the lease's fencing token (``Store.fence``),
+    so every write of the session is checked against it in its own transaction.
     """
 
     def __init__(
@@ -491,6 +498,10 @@ class LeaseKeeper:
         self.holder = f"{agent}@{self.host}#{self.pid}"
         self.lease: Lease | None = None
         self.lost = asyncio.Event()
+        #: the loop ``lost`` belongs to (a fenced-out write is noticed in a worker thread)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self._loop = asyncio.get_running_loop()
 
     @property
     def token(self) -> int | None:
@@ -529,9 +540,38 @@ class LeaseKeeper:
         )
         got = self.store.acquire_lease(wanted, now)
         if got is not None:
+            self.store.fence(self.session, Fence(got.token, self.clock.now, self._fenced_out))
             self.lease = got
             self.lost.clear()
         return got
+
+    def _fenced_out(self, detail: str) -> None:
+        """The store refused a write of this holder (any thread): the lease is lost."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._mark_lost(detail)
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._mark_lost(detail)
+        else:
+            loop.call_soon_threadsafe(self._mark_lost, detail)
+
+    def _mark_lost(self, detail: str) -> None:
+        if self.lease is None and self.lost.is_set():
+            return
+        if self.lease is not None:
+            log.error(
+                "hub: session %r lost: the store fenced out a write of this serve (%s); "
+                "this serve stops writing",
+                self.session,
+                detail,
+            )
+        self.lease = None
+        self.lost.set()
 
     def renew(self) -> bool:
         """One heartbeat. False (and ``lost`` set) when the lease is no longer ours."""
@@ -569,6 +609,7 @@ class LeaseKeeper:
 
     async def run(self) -> None:
         """Heartbeat every ``heartbeat`` seconds until released or lost."""
+        self._loop = asyncio.get_running_loop()
         while self.lease is not None and not self.lost.is_set():
             await asyncio.sleep(self.heartbeat)
             lease = self.lease
@@ -745,7 +786,10 @@ class HubServer:
         log.info("hub: clearing the stale socket %s", self.path)
         os.unlink(self.path)
 
-    async def close(self) -> None:
+    async def close(self, *, unlink: bool = True) -> None:
+        """Stop answering; remove the socket file if it is still ours. ``unlink=False``
+        for a hub that lost its lease: the path is its successor's now, and a file the
+        successor bound there may even carry the old file's inode number."""
         server, self._server = self._server, None
         if server is None:
             return
@@ -764,7 +808,7 @@ class HubServer:
         # remove the file only if it is still ours (a successor may have published anew)
         with contextlib.suppress(OSError):
             st = os.lstat(self.path)
-            if (st.st_dev, st.st_ino) == self._ident:
+            if unlink and (st.st_dev, st.st_ino) == self._ident:
                 os.unlink(self.path)
         log.info("hub: stopped serving forwarded calls on %s", self.path)
 
@@ -867,6 +911,12 @@ class Forwarder:
     the hub refuses the request before any tool ran (an unknown tool, a request
     too large), with the JSON-RPC code and text stdio answers; ``on_drop`` is
     called when an open connection drops, so a serve can start taking over at once.
+
+    A call waits for its answer at most ``timeout_s`` seconds plus its own
+    ``wait_ms`` (``call_timeout``): a hub that does not answer in that time (a
+    paused process, a holder stuck past its lease) counts as gone, so the
+    connection is dropped and every call on it gets ``HubGone`` rather than
+    hanging. None: no bound.
     """
 
     def __init__(
@@ -874,6 +924,7 @@ class Forwarder:
         target: str | os.PathLike[str] | Callable[[], Awaitable[Sequence[Path]]],
         *,
         on_drop: Callable[[], None] | None = None,
+        timeout_s: float | None = DEFAULT_FORWARD_TIMEOUT_S,
     ) -> None:
         if callable(target):
             self._resolve: Callable[[], Awaitable[Sequence[Path]]] = target
@@ -885,6 +936,7 @@ class Forwarder:
 
             self._resolve = resolve
         self._on_drop = on_drop
+        self.timeout_s = timeout_s
         self._conn: _Conn | None = None
         self._connect_lock = asyncio.Lock()
         self._next_id = 0
@@ -984,7 +1036,14 @@ class Forwarder:
             except OSError as exc:
                 self._drop(conn, f"sending to the hub failed: {exc}")
                 raise HubGone(f"sending to the hub failed: {exc}") from exc
-            message = await future
+            bound = call_timeout(self.timeout_s, arguments)
+            try:
+                async with asyncio.timeout(bound):
+                    message = await future
+            except TimeoutError:
+                reason = f"the hub did not answer {tool} within {bound:g} s"
+                self._drop(conn, reason)
+                raise HubGone(reason) from None
         finally:
             conn.pending.pop(rid, None)
         result = message.get("result")
@@ -1009,8 +1068,23 @@ class Forwarder:
                 await conn.task
 
 
+def call_timeout(base_s: float | None, arguments: Mapping[str, Any]) -> float | None:
+    """How long a forwarded call may wait for its answer: ``base_s`` plus the call's own
+    ``wait_ms`` (a lambo_stats wait on a receipt, at most WAIT_MS_MAX); None: no bound."""
+    if base_s is None:
+        return None
+    wait_ms = arguments.get("wait_ms")
+    if isinstance(wait_ms, int | float) and not isinstance(wait_ms, bool) and wait_ms > 0:
+        return base_s + min(float(wait_ms), float(WAIT_MS_MAX)) / 1000.0
+    return base_s
+
+
 async def connect_to_hub(
-    session: str, store: str | os.PathLike[str], env: Mapping[str, str] | None = None
+    session: str,
+    store: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    timeout_s: float | None = DEFAULT_FORWARD_TIMEOUT_S,
 ) -> Forwarder | None:
     """A connected ``Forwarder`` when a hub of (session, store) answers, else None.
 
@@ -1023,7 +1097,7 @@ async def connect_to_hub(
         lease = await asyncio.to_thread(read_lease, Path(store), session)
         return hub_candidates(session, store, env, lease)
 
-    forwarder = Forwarder(candidates)
+    forwarder = Forwarder(candidates, timeout_s=timeout_s)
     try:
         await forwarder.connect()
     except HubGone:
@@ -1033,6 +1107,22 @@ async def connect_to_hub(
 
 
 # --------------------------------------------------------------------------- the election
+
+
+def fenced_handler(handler: Handler, keeper: LeaseKeeper) -> Handler:
+    """``handler`` while ``keeper`` holds the lease; once it is lost, every call (local or
+    forwarded) answers the hub-gone error, and so does a call the loss refused midway: this
+    serve is no longer the session's writer, and the election finds the one that is."""
+
+    async def guarded(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if keeper.lost.is_set():
+            return hub_gone_result()
+        result = await handler(tool, arguments)
+        if keeper.lost.is_set() and result.get("isError"):
+            return hub_gone_result()
+        return result
+
+    return guarded
 
 
 class SessionHub:
@@ -1077,8 +1167,10 @@ class SessionHub:
         poll: float = 0.1,
         settle_wait: float = 1.5,
         keeper: LeaseKeeper | None = None,
+        forward_timeout_s: float | None = DEFAULT_FORWARD_TIMEOUT_S,
     ) -> None:
         self.session = session
+        self.forward_timeout_s = forward_timeout_s
         self.store_path = store_path
         self.keeper = keeper or LeaseKeeper(store, session, agent, clock, ttl, heartbeat)
         self._on_become_hub = on_become_hub
@@ -1270,7 +1362,7 @@ class SessionHub:
                     return True
             finally:
                 self._taking_over = False
-        forwarder = Forwarder(self._candidates)
+        forwarder = Forwarder(self._candidates, timeout_s=self.forward_timeout_s)
         try:
             path = await forwarder.connect()
         except HubGone as exc:
@@ -1345,7 +1437,7 @@ class SessionHub:
         keeper = self.keeper
         self._heartbeat = asyncio.create_task(keeper.run())
         try:
-            handler = await self._on_become_hub(keeper)
+            handler = fenced_handler(await self._on_become_hub(keeper), keeper)
         except BaseException:
             self._heartbeat.cancel()
             await asyncio.to_thread(keeper.release)
@@ -1395,7 +1487,7 @@ class SessionHub:
         self._handler = None
         server, self._server = self._server, None
         if server is not None:
-            await server.close()
+            await server.close(unlink=not self.keeper.lost.is_set())
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

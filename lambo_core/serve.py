@@ -35,7 +35,7 @@ from .clock import SystemClock
 from .config import Config
 from .daemon import Daemon
 from .errors import ConfigError, LamboError, internal_fault
-from .hub import LEASE_TTL, LeaseKeeper, SessionHub, http_refusal, lease_free
+from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.refusals import ProtocolRefusal
 from .mcp.server import build_server
 from .scoring import start_summary_warm
@@ -153,6 +153,9 @@ class Serve:
             self._become_hub,
             on_stop_hub=self._stop_hub,
             tool_names=tool_names,  # the hub socket refuses any other name as stdio does
+            ttl=lease_ttl(config),
+            heartbeat=lease_ttl(config) / 3,
+            forward_timeout_s=float(config.get("serve.forward_timeout_s")),
         )
         self._elected = anyio.Event()
         self.error: LamboError | None = None
@@ -258,14 +261,21 @@ def refuse_http(config: Config, options: ServeOptions) -> None:
     )
 
 
+def lease_ttl(config: Config) -> float:
+    """[serve] lease_ttl_s: the session lease's time to live (heartbeats every third of it)."""
+    return float(config.get("serve.lease_ttl_s"))
+
+
 def shutdown_budget(config: Config) -> float:
     """[serve] shutdown_budget_s, refused unless it ends well inside the lease TTL."""
     budget = float(config.get("serve.shutdown_budget_s"))
-    if budget > LEASE_TTL * 2 / 3:
+    ttl = lease_ttl(config)
+    if budget > ttl * 2 / 3:
         raise ConfigError(
             f"serve.shutdown_budget_s is {budget:g} s; it must be at most "
-            f"{LEASE_TTL * 2 / 3:g} s (two thirds of the {LEASE_TTL:g} s session lease), so "
-            "that a stop always ends while this serve still holds the session"
+            f"{ttl * 2 / 3:g} s (two thirds of the {ttl:g} s session lease, "
+            "serve.lease_ttl_s), so that a stop always ends while this serve still holds "
+            "the session"
         )
     return budget
 

@@ -76,6 +76,7 @@ from .receipts import ReceiptState, ReceiptView, render_line
 from .references import refuse_changed, still_names
 from .scoring import ACCESS_COUNTS
 from .session import Session
+from .store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .text import canonical_key, has_image_suffix, show_safely
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,10 @@ class _TransientFailure(LamboError):
         return self.message
 
 
+class _NotPending(Exception):
+    """The write's intent was settled already, so its batch was not committed."""
+
+
 class _HandedOn(Exception):
     """The session is stopping while this write waits for the model: it is not attempted
     here, and the stop hands it on as a durable intent."""
@@ -342,6 +347,9 @@ class WritePipeline:
         self._stop_deadline = 0.0
         self._handed_on: WriteIntent | None = None  # the write the worker gave back at stop
         self._flush_failures = 0  # consecutive refusals of the write-behind batch
+        # Why the store fenced this writer out (its lease passed to another writer), once it
+        # has: from then on nothing is written, admitted or acked here (see _lease_lost).
+        self._fenced: str | None = None
         self._lock = threading.Lock()
         self.replayed = 0
         self.replay_owed = 0
@@ -451,7 +459,7 @@ class WritePipeline:
     def _final_flush(self, lease_held: Callable[[], bool] | None) -> bool:
         """Whether the stop can vouch for the intents it hands on: the write-behind flushed,
         the store taking writes, the lease still this server's."""
-        if lease_held is not None and not lease_held():
+        if self._fenced is not None or (lease_held is not None and not lease_held()):
             log.warning(
                 "session %s: the lease passed to another writer before the stop",
                 self.session.name,
@@ -463,6 +471,8 @@ class WritePipeline:
     def _retry_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
         pause = 0.1
         while time.monotonic() + pause < deadline:
+            if self._fenced is not None or (lease_held is not None and not lease_held()):
+                return False  # a lost lease does not come back: nothing to retry for
             time.sleep(pause)
             if self._final_flush(lease_held):
                 return True
@@ -485,6 +495,7 @@ class WritePipeline:
         """Admit one lambo_derive / lambo_record_action call and ack it."""
         session = self.session
         with self._admit_lock:
+            self._refuse_if_fenced()
             with session.index.lock:
                 graph = session.index.graph
                 if tool == "lambo_derive":
@@ -512,6 +523,9 @@ class WritePipeline:
                 intent = session.store.add_intent(intent)
             except LamboError as exc:
                 session.receipts.withdraw(receipt.receipt_id)
+                if isinstance(exc, FencedOut):
+                    self._lease_lost(exc)
+                    raise
                 if not isinstance(exc, StoreError):
                     raise
                 self.health.refused("a write's intent", exc.detail or exc.message)
@@ -527,6 +541,30 @@ class WritePipeline:
             ack.text += f"\nwarning: {note}"
             ack.structured["warnings"].append(note)
         return ack
+
+    # -- the lease -------------------------------------------------------------------------
+    @property
+    def fenced(self) -> bool:
+        """Whether the store has fenced this writer out (its lease passed to another)."""
+        return self._fenced is not None
+
+    def _lease_lost(self, exc: FencedOut) -> None:
+        """The store refused a write because this server's lease passed to another writer:
+        stop writing at once. The worker takes no other write, admission refuses, and the
+        stop settles what is held close_unflushed (the new holder replays the intents)."""
+        if self._fenced is None:
+            self._fenced = exc.detail or exc.message
+            log.error(
+                "session %s: the store fenced out this serve's writes (%s); it stops writing "
+                "and acks nothing more; the writes it holds are left to the new holder's replay",
+                self.session.name,
+                self._fenced,
+            )
+        self._queue.put(None)  # wakes a worker waiting for work, so it ends
+
+    def _refuse_if_fenced(self) -> None:
+        if self._fenced is not None:
+            raise FencedOut(LEASE_LOST_TEXT, detail=self._fenced)
 
     # -- the worker ------------------------------------------------------------------------
     def every(
@@ -548,9 +586,13 @@ class WritePipeline:
         with self._lock:
             due = [p for p in self._periodic if p.next_at <= now]
         for periodic in due:
+            if self._fenced is not None:
+                return
             periodic.next_at = now + periodic.interval_s
             try:
                 periodic.job()
+            except FencedOut as exc:  # the daemon's write found the lease gone
+                self._lease_lost(exc)
             except Exception:  # a background job's fault must not stop the writer
                 log.exception("background job %r failed", periodic.job)
 
@@ -562,7 +604,7 @@ class WritePipeline:
         return max(0.0, min(ACCESS_FLUSH_INTERVAL_S, soonest - time.monotonic()))
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and self._fenced is None:
             waiting = self._queue.qsize() > 0  # the next write follows the last back to back
             try:
                 intent = self._queue.get(timeout=self._next_wait())
@@ -572,6 +614,9 @@ class WritePipeline:
                 continue
             if intent is None:
                 continue  # close() woke us: the loop's test says whether to stop
+            if self._fenced is not None:
+                self._handed_on = intent  # not attempted: the stop settles it with the rest
+                return
             try:
                 self._apply_one(intent, back_to_back=waiting)
             finally:
@@ -603,6 +648,10 @@ class WritePipeline:
             return True, 0
         try:
             self.session.store.add_access_counts(self.session.name, counts)
+        except FencedOut as exc:
+            # Not this writer's to write any more (the new holder counts its own recalls).
+            self._lease_lost(exc)
+            return False, 0
         except LamboError as exc:
             self._flush_failures += 1
             self.health.refused("the write-behind of access counts", exc.detail or exc.message)
@@ -631,6 +680,8 @@ class WritePipeline:
         replay = bool(intent.payload.get("_replay"))
         payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
         started = time.monotonic()
+        if replay and self._settled_elsewhere(intent):
+            return
         try:
             try:
                 vectors = self._embed(payload)
@@ -644,11 +695,20 @@ class WritePipeline:
             outcome = self._outcome(plan)
             plan.batch.intent_receipt_id = intent.receipt_id
             plan.batch.intent_outcome = _durable_outcome(outcome)
-            self._commit(plan.batch)
+            try:
+                self._commit(plan.batch)
+            except _NotPending:
+                if replay and self._settled_elsewhere(intent):
+                    return
+                raise _TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending") from None
             try:
                 session.index.apply(plan.batch)
             except Exception:  # committed: the write happened; the RAM copy catches up on open
                 log.exception("write %s committed but not mirrored in RAM", intent.receipt_id)
+        except FencedOut as exc:  # its commit (or the contract's stamp) found the lease gone
+            self._lease_lost(exc)
+            self._handed_on = intent  # not applied by this writer: the new holder replays it
+            return
         except _TransientFailure as exc:
             self._fail(intent, exc, keep_intent=True, replay=replay)
             return
@@ -684,10 +744,36 @@ class WritePipeline:
         rule of the write) keeps the intent for the next server and degrades the session."""
         try:
             self.session.store.apply(batch)
+        except FencedOut:
+            raise  # not a store failure: the lease passed on (see _apply_one)
+        except IntentNotPending:
+            raise _NotPending from None
         except LamboError as exc:
             self.health.refused("an applied write", exc.detail or exc.message)
             raise _TransientFailure(STORE_REFUSED_WRITE, detail=exc.detail) from None
         self.health.wrote()
+
+    def _settled_elsewhere(self, intent: WriteIntent) -> bool:
+        """Whether a replayed intent was settled since it was queued (an earlier holder
+        applied it before it let go): then it is counted replayed and never applied twice;
+        a wait on its receipt reads the outcome from the store."""
+        try:
+            stored = self.session.store.get_intent(intent.receipt_id)
+        except LamboError as exc:
+            log.warning("replay %s: intent not readable: %s", intent.receipt_id, exc.detail)
+            return False
+        if stored is None or stored.state is IntentState.PENDING:
+            return False
+        log.info(
+            "replay %s: already settled %s in the store; not applied again",
+            intent.receipt_id,
+            stored.state.value,
+        )
+        with self._lock:
+            self.replay_owed -= 1
+            if stored.state is IntentState.APPLIED:
+                self.replayed += 1
+        return True
 
     def _fail(
         self, intent: WriteIntent, exc: LamboError, *, keep_intent: bool, replay: bool
@@ -706,6 +792,8 @@ class WritePipeline:
                 session.store.settle_intent(
                     intent.receipt_id, "failed", {"detail": detail}, session.clock.now()
                 )
+            except FencedOut as store_exc:
+                self._lease_lost(store_exc)
             except LamboError as store_exc:
                 self.health.refused("the record of a failed write", store_exc.detail or "")
                 log.warning(

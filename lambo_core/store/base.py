@@ -14,13 +14,23 @@ Rules every implementation keeps:
 - Vectors are stored as little-endian float32 bytes.
 - Failures raise ``StoreError`` with a caller-safe message; driver text goes
   into its ``detail`` only.
+- Fencing: once the lease holder has given the store its ``Fence`` for a
+  session (``fence``), every write of that session checks, in the write's own
+  transaction (SQLite: inside its ``BEGIN IMMEDIATE``; RAM: under its lock),
+  that the session's lease row still carries the fence's token and has not
+  expired, and otherwise raises ``FencedOut`` and changes nothing. So a writer
+  that was paused past its lease can never commit after another took over,
+  whichever of its paths writes (the apply worker, the write-behind flush,
+  intents, the daemon). The lease methods themselves are not fenced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..errors import ErrorKind, StoreError
 from ..model import (
     CanonizationEvent,
     Concept,
@@ -35,6 +45,59 @@ from ..model import (
 )
 
 EDGE_WEIGHT_CAP = 10.0
+
+#: what a fenced-out write says (class conflict, as the spec's errors table has it)
+LEASE_LOST_TEXT = (
+    "this lambo serve no longer holds the session's single-writer lease (another serve "
+    "took it over), so nothing was written; the detail was logged"
+)
+
+
+class FencedOut(StoreError):
+    """A write refused because the writer's lease token is no longer the session's current,
+    live one: nothing was written, and the writer must stop writing."""
+
+    kind = ErrorKind.CONFLICT
+
+
+class IntentNotPending(StoreError):
+    """A batch (or a settlement) names an intent that is no longer pending: it was settled
+    already, by this writer or an earlier one. Nothing was written."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease a writer holds on one session, as the store checks it on every write.
+
+    ``now`` is the lease's clock (the one its expiry was computed with);
+    ``on_lost`` is told (with the reason) when a write is fenced out, from the
+    writing thread.
+    """
+
+    token: int
+    now: Callable[[], float]
+    on_lost: Callable[[str], None] | None = None
+
+
+def fence_problem(fence: Fence, lease: tuple[int, float] | None) -> str | None:
+    """Why a write under ``fence`` is refused, given the lease row's (token, expires_at); None
+    when it may write."""
+    if lease is None:
+        return "the session has no lease row"
+    token, expires_at = lease
+    if token != fence.token:
+        return f"the lease token is {token} now, not this writer's {fence.token}"
+    if expires_at <= fence.now():
+        return f"the lease of token {token} has expired (or was released)"
+    return None
+
+
+def fenced_out(session: str, fence: Fence, problem: str) -> FencedOut:
+    """The refusal of a fenced-out write, after telling the fence's holder."""
+    detail = f"session {session!r}: {problem}"
+    if fence.on_lost is not None:
+        fence.on_lost(detail)
+    return FencedOut(LEASE_LOST_TEXT, detail=detail)
 
 
 class KeywordIndex(Protocol):
@@ -124,3 +187,8 @@ class Store(Protocol):
         ...
 
     def get_lease(self, session: str) -> Lease | None: ...
+
+    def fence(self, session: str, fence: Fence | None) -> None:
+        """From now on check every write of ``session`` against ``fence`` (None: stop
+        checking). Set by the lease holder on each acquisition (``LeaseKeeper``)."""
+        ...

@@ -35,8 +35,9 @@ from ..model import (
     WriteIntent,
 )
 from . import migrations
-from .base import EDGE_WEIGHT_CAP
+from .base import EDGE_WEIGHT_CAP, Fence, IntentNotPending, fence_problem, fenced_out
 from .sqlite import (
+    WRITE_REFUSED,
     batch_time,
     blob_to_vector,
     check_batch_sessions,
@@ -89,6 +90,7 @@ class MemoryStore:
         self._intents: dict[str, _Intent] = {}
         self._seq = itertools.count(1)
         self._leases: dict[str, Lease] = {}
+        self._fences: dict[str, Fence] = {}
 
     # -- schema ----------------------------------------------------------------
 
@@ -97,6 +99,24 @@ class MemoryStore:
 
     def close(self) -> None:
         pass
+
+    def fence(self, session: str, fence: Fence | None) -> None:
+        """Check every later write of ``session`` against ``fence`` (None: no check)."""
+        with self._lock:
+            if fence is None:
+                self._fences.pop(session, None)
+            else:
+                self._fences[session] = fence
+
+    def _check_fence(self, session: str) -> None:
+        """Under the lock: the fenced writer of ``session`` must still hold its live lease."""
+        fence = self._fences.get(session)
+        if fence is None:
+            return
+        lease = self._leases.get(session)
+        problem = fence_problem(fence, None if lease is None else (lease.token, lease.expires_at))
+        if problem is not None:
+            raise fenced_out(session, fence, problem)
 
     def _session(self, name: str) -> _Session:
         state = self._sessions.get(name)
@@ -108,6 +128,7 @@ class MemoryStore:
 
     def ensure_session(self, name: str, now: float) -> SessionRecord:
         with self._lock:
+            self._check_fence(name)
             state = self._sessions.get(name)
             if state is None:
                 state = self._sessions[name] = _Session(SessionRecord(name=name, created_at=now))
@@ -131,10 +152,12 @@ class MemoryStore:
     def stamp_contract(self, name: str, contract: dict[str, Any]) -> None:
         text = to_json(contract)
         with self._lock:
+            self._check_fence(name)
             self._session(name).contract_json = text
 
     def set_gc_clock(self, name: str, last_gc_at: float | None, last_gc_epoch: int) -> None:
         with self._lock:
+            self._check_fence(name)
             record = self._session(name).record
             record.last_gc_at = last_gc_at
             record.last_gc_epoch = last_gc_epoch
@@ -144,6 +167,7 @@ class MemoryStore:
     def apply(self, batch: WriteBatch) -> None:
         """Validate the whole batch, then change everything; nothing on refusal."""
         with self._lock:
+            self._check_fence(batch.session)
             state = self._validate(batch)
             outcome_json = to_json(batch.intent_outcome or {})
             if batch.interaction is not None and batch.interaction.id not in state.interactions:
@@ -195,7 +219,9 @@ class MemoryStore:
                 or held.intent.session != batch.session
                 or held.intent.state is not IntentState.PENDING
             ):
-                raise refused("the batch's intent is not pending in this session")
+                raise IntentNotPending(
+                    WRITE_REFUSED, detail="the batch's intent is not pending in this session"
+                )
         return state
 
     def _concept_anywhere(self, node_id: str) -> bool:
@@ -234,6 +260,7 @@ class MemoryStore:
     def delete_concepts(self, session: str, node_ids: Iterable[str]) -> None:
         """Delete concepts with their edges (either end) and keyword entries."""
         with self._lock:
+            self._check_fence(session)
             state = self._sessions.get(session)
             if state is None:
                 return
@@ -252,6 +279,7 @@ class MemoryStore:
         """Delete edges by (src, dst, edge_type); how many were deleted."""
         keys = [(src, dst, EdgeType(kind)) for src, dst, kind in edges]  # all checked first
         with self._lock:
+            self._check_fence(session)
             state = self._sessions.get(session)
             if state is None:
                 return 0
@@ -260,6 +288,7 @@ class MemoryStore:
     def set_status(self, session: str, node_id: str, status: Status) -> None:
         """A no-op for a concept no longer there (collected meanwhile)."""
         with self._lock:
+            self._check_fence(session)
             state = self._sessions.get(session)
             if state is not None and node_id in state.concepts:
                 state.concepts[node_id].status = status
@@ -267,6 +296,7 @@ class MemoryStore:
     def add_access_counts(self, session: str, counts: dict[str, int]) -> None:
         """Add to access counts; ids no longer there are skipped."""
         with self._lock:
+            self._check_fence(session)
             state = self._sessions.get(session)
             if state is None:
                 return
@@ -277,6 +307,7 @@ class MemoryStore:
     def bump_gc_survived(self, session: str, node_ids: Iterable[str]) -> None:
         """Add one per occurrence of each id to ``gc_survived``; ids no longer there skipped."""
         with self._lock:
+            self._check_fence(session)
             state = self._sessions.get(session)
             if state is None:
                 return
@@ -294,6 +325,7 @@ class MemoryStore:
         """Record a pending intent; returns it with its store-wide ``seq``."""
         payload_json = to_json(intent.payload)
         with self._lock:
+            self._check_fence(intent.session)
             self._session(intent.session)
             if intent.receipt_id in self._intents:
                 raise refused("UNIQUE constraint failed: write_intents.receipt_id")
@@ -334,8 +366,10 @@ class MemoryStore:
         text = to_json(outcome)
         with self._lock:
             held = self._intents.get(receipt_id)
+            if held is not None:
+                self._check_fence(held.intent.session)
             if held is None or held.intent.state is not IntentState.PENDING:
-                raise refused("no pending intent with that receipt")
+                raise IntentNotPending(WRITE_REFUSED, detail="no pending intent with that receipt")
             held.intent.state = final
             held.intent.settled_at = when
             held.outcome_json = text
@@ -344,6 +378,7 @@ class MemoryStore:
 
     def add_canon_event(self, event: CanonizationEvent) -> None:
         with self._lock:
+            self._check_fence(event.session)
             self._session(event.session).canon_events.append(replace(event))
 
     def canon_events(self, session: str) -> list[CanonizationEvent]:

@@ -12,6 +12,10 @@ Connections and threads: two connections to the same file, both opened with
   ``_read_lock``. WAL lets it read the last committed state while a write
   transaction is open, so a recall on the event loop never waits for an apply.
 
+Fencing (base.py): ``_write(session)`` checks the session's fence inside the
+transaction's ``BEGIN IMMEDIATE``, which also holds off another process's
+``acquire_lease``, so no takeover can land between the check and the commit.
+
 Both connections run in autocommit mode (``isolation_level=None``): every
 transaction here is explicit. PRAGMAs: WAL, ``synchronous=NORMAL`` (durable
 at each checkpoint, and never corrupt, in WAL mode), ``foreign_keys=ON``,
@@ -56,7 +60,7 @@ from ..model import (
     WriteIntent,
 )
 from . import migrations
-from .base import EDGE_WEIGHT_CAP
+from .base import EDGE_WEIGHT_CAP, Fence, IntentNotPending, fence_problem, fenced_out
 from .files import create_private_file, make_private_dirs
 
 BUSY_TIMEOUT_MS = 5000
@@ -148,6 +152,7 @@ class SqliteStore:
         # cursor) by the garbage collector while this thread holds the lock.
         self._read_lock = threading.RLock()
         self._closed = False
+        self._fences: dict[str, Fence] = {}
         try:
             make_private_dirs(self.path.parent)
             create_private_file(self.path)  # 600 before SQLite makes it (and its -wal, -shm)
@@ -190,15 +195,19 @@ class SqliteStore:
     # -- plumbing ------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, session: str | None = None) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction on the write connection, or nothing.
 
-        Any exception rolls back; a driver error comes out as StoreError.
+        With ``session``, the transaction first checks the session's fence (see
+        base.py), so the check and the write commit together or not at all. Any
+        exception rolls back; a driver error comes out as StoreError.
         """
         with self._write_lock:
             conn = self._wconn
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                if session is not None:
+                    self._check_fence(conn, session)
                 yield conn
                 conn.execute("COMMIT")
             except BaseException as exc:
@@ -209,6 +218,25 @@ class SqliteStore:
                 if isinstance(exc, sqlite3.Error):
                     raise refused(str(exc)) from exc
                 raise
+
+    def _check_fence(self, conn: sqlite3.Connection, session: str) -> None:
+        fence = self._fences.get(session)
+        if fence is None:
+            return
+        row = conn.execute(
+            "SELECT token, expires_at FROM session_leases WHERE session = ?", (session,)
+        ).fetchone()
+        problem = fence_problem(fence, None if row is None else (int(row[0]), float(row[1])))
+        if problem is not None:
+            raise fenced_out(session, fence, problem)
+
+    def fence(self, session: str, fence: Fence | None) -> None:
+        """Check every later write of ``session`` against ``fence`` (None: no check)."""
+        with self._write_lock:
+            if fence is None:
+                self._fences.pop(session, None)
+            else:
+                self._fences[session] = fence
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._read_lock:
@@ -264,7 +292,7 @@ class SqliteStore:
     # -- sessions --------------------------------------------------------------
 
     def ensure_session(self, name: str, now: float) -> SessionRecord:
-        with self._write() as conn:
+        with self._write(name) as conn:
             conn.execute(
                 "INSERT INTO sessions(name, created_at) VALUES (?, ?) ON CONFLICT(name) DO NOTHING",
                 (name, now),
@@ -290,7 +318,7 @@ class SqliteStore:
 
     def stamp_contract(self, name: str, contract: dict[str, Any]) -> None:
         text = to_json(contract)
-        with self._write() as conn:
+        with self._write(name) as conn:
             cur = conn.execute(
                 "UPDATE sessions SET embedding_contract = ? WHERE name = ?", (text, name)
             )
@@ -298,7 +326,7 @@ class SqliteStore:
                 raise refused(f"no session {name!r}")
 
     def set_gc_clock(self, name: str, last_gc_at: float | None, last_gc_epoch: int) -> None:
-        with self._write() as conn:
+        with self._write(name) as conn:
             cur = conn.execute(
                 "UPDATE sessions SET last_gc_at = ?, last_gc_epoch = ? WHERE name = ?",
                 (last_gc_at, last_gc_epoch, name),
@@ -311,7 +339,7 @@ class SqliteStore:
     def apply(self, batch: WriteBatch) -> None:
         """Commit the whole batch in one transaction, or nothing (see base.py)."""
         check_batch_sessions(batch)
-        with self._write() as conn:
+        with self._write(batch.session) as conn:
             if batch.interaction is not None:
                 i = batch.interaction
                 conn.execute(
@@ -350,7 +378,9 @@ class SqliteStore:
                     ),
                 )
                 if cur.rowcount != 1:
-                    raise refused("the batch's intent is not pending in this session")
+                    raise IntentNotPending(
+                        WRITE_REFUSED, detail="the batch's intent is not pending in this session"
+                    )
             written = len(batch.concepts) + len(batch.edges)
             cur = conn.execute(
                 "UPDATE sessions SET mutation_count = mutation_count + ? WHERE name = ?",
@@ -389,7 +419,7 @@ class SqliteStore:
     def delete_concepts(self, session: str, node_ids: Iterable[str]) -> None:
         """Delete concepts; their edges (either end) and FTS rows go in the same transaction."""
         ids = list(dict.fromkeys(node_ids))
-        with self._write() as conn:
+        with self._write(session) as conn:
             for start in range(0, len(ids), _CHUNK):
                 chunk = ids[start : start + _CHUNK]
                 marks = ", ".join("?" * len(chunk))
@@ -404,7 +434,7 @@ class SqliteStore:
         if not keys:
             return 0
         deleted = 0
-        with self._write() as conn:
+        with self._write(session) as conn:
             # one statement per key: each is a lookup on the (session, src, dst, edge_type) key
             for src, dst, kind in keys:
                 cur = conn.execute(
@@ -416,7 +446,7 @@ class SqliteStore:
 
     def set_status(self, session: str, node_id: str, status: Status) -> None:
         """A no-op for a concept no longer there (collected meanwhile)."""
-        with self._write() as conn:
+        with self._write(session) as conn:
             conn.execute(
                 "UPDATE concepts SET status = ? WHERE session = ? AND id = ?",
                 (status.value, session, node_id),
@@ -424,7 +454,7 @@ class SqliteStore:
 
     def add_access_counts(self, session: str, counts: dict[str, int]) -> None:
         """Add to access counts; ids no longer there are skipped."""
-        with self._write() as conn:
+        with self._write(session) as conn:
             conn.executemany(
                 "UPDATE concepts SET access_count = access_count + ? WHERE session = ? AND id = ?",
                 [(n, session, node_id) for node_id, n in counts.items()],
@@ -435,7 +465,7 @@ class SqliteStore:
         counts = Counter(node_ids)
         if not counts:
             return
-        with self._write() as conn:
+        with self._write(session) as conn:
             conn.executemany(
                 "UPDATE concepts SET gc_survived = gc_survived + ? WHERE session = ? AND id = ?",
                 [(n, session, node_id) for node_id, n in counts.items()],
@@ -449,7 +479,7 @@ class SqliteStore:
     def add_intent(self, intent: WriteIntent) -> WriteIntent:
         """Record a pending intent; returns it with its store-wide ``seq``."""
         payload = to_json(intent.payload)
-        with self._write() as conn:
+        with self._write(intent.session) as conn:
             cur = conn.execute(
                 "INSERT INTO write_intents(receipt_id, session, agent_id, tool, payload, "
                 "created_at, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -488,18 +518,23 @@ class SqliteStore:
         final = settled_state(state)
         text = to_json(outcome)
         with self._write() as conn:
+            row = conn.execute(
+                "SELECT session FROM write_intents WHERE receipt_id = ?", (receipt_id,)
+            ).fetchone()
+            if row is not None:
+                self._check_fence(conn, str(row[0]))
             cur = conn.execute(
                 "UPDATE write_intents SET state = ?, outcome = ?, settled_at = ? "
                 "WHERE receipt_id = ? AND state = ?",
                 (final.value, text, when, receipt_id, IntentState.PENDING.value),
             )
             if cur.rowcount != 1:
-                raise refused("no pending intent with that receipt")
+                raise IntentNotPending(WRITE_REFUSED, detail="no pending intent with that receipt")
 
     # -- canonization events -------------------------------------------------------
 
     def add_canon_event(self, event: CanonizationEvent) -> None:
-        with self._write() as conn:
+        with self._write(event.session) as conn:
             conn.execute(
                 "INSERT INTO canonization_events(session, node_id, from_status, to_status, "
                 "blast_radius, occurred_at) VALUES (?, ?, ?, ?, ?, ?)",
