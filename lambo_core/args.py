@@ -1,10 +1,12 @@
-"""Argument rules every tool shares: unknown arguments, timestamps, integers, arrays.
+"""Argument rules every tool shares: unknown arguments, types, timestamps, integers, arrays.
 
 Tools validate their arguments in one order: unknown and refused names first
-(so a typo fails before anything else is read), then agent_id, then each
-argument in the order the tool's table lists it. Every refusal is a
-``ParameterError`` naming the field and the rule; an argument name the caller
-made up is quoted only through ``show_safely``.
+(so a typo fails before anything else is read), then the type of every
+argument against the tool's published schema (``check_types``), then agent_id,
+then each argument's value in the order the tool's table lists it. Every
+refusal is a ``ParameterError`` naming the field and the rule; an argument
+name the caller made up is quoted only through ``show_safely``, and a value
+is never repeated.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import ParameterError
-from .text import check_string, show_safely
+from .mcp.tools import SCHEMAS
+from .text import check_concept_type, check_string, parse_event_time, show_safely
 
 # Argument names that carry a client timestamp. Lambo stamps write time
 # itself; only event_time (an about-time) is accepted, and only on writes.
@@ -34,7 +37,8 @@ def check_arguments(
     """Refuse a non-object, any timestamp argument by name, and any unknown argument.
 
     ``where`` prefixes nested objects (``concepts[0].``) so the field is named
-    in full.
+    in full. At the top level (no ``where``) every argument's type is then
+    checked against ``tool``'s published schema (``check_types``).
     """
     allowed_list = list(allowed)
     if not isinstance(args, Mapping):
@@ -55,7 +59,54 @@ def check_arguments(
         raise ParameterError(
             f"{where}{shown} is not an argument of {tool}; it takes {', '.join(allowed_list)}"
         )
+    if not where:
+        check_types(tool, args)
     return args
+
+
+def check_types(tool: str, args: Mapping[str, Any]) -> None:
+    """Refuse any argument, at any depth, whose JSON type is not its schema's.
+
+    Driven by ``SCHEMAS``, so no argument's type goes unchecked (a ``false``
+    where an array belongs is not read as "none"). Each refusal is the one the
+    tool's own check gives for that field (the same functions raise it), so a
+    wrong type reads the same whichever check meets it first. JSON null for
+    an argument means omitted (the tool decides whether it is required); an
+    argument the schema does not describe is left to the tool.
+    """
+    schema = SCHEMAS.get(tool)
+    if schema is not None:
+        _check_members(tool, "", args, schema)
+
+
+def _check_members(tool: str, where: str, value: Mapping[str, Any], schema: Any) -> None:
+    for name, member in schema.get("properties", {}).items():
+        if value.get(name) is not None:
+            _check_type(tool, f"{where}{name}", value[name], member)
+
+
+def _check_type(tool: str, field: str, value: object, schema: Any) -> None:
+    kind = schema.get("type")
+    if kind == "object":
+        # As the tool will: a typo in a nested object is refused before its types.
+        members = check_arguments(tool, value, schema.get("properties", {}), where=f"{field}.")
+        _check_members(tool, f"{field}.", members, schema)
+    elif kind == "array":
+        check_list(field, value, len(value) if isinstance(value, list) else 0)
+        assert isinstance(value, list)
+        for i, item in enumerate(value):
+            _check_type(tool, f"{field}[{i}]", item, schema.get("items", {}))
+    elif kind == "string" and not isinstance(value, str):
+        if "enum" in schema:  # concept_type, the one enum
+            check_concept_type(field, value)
+        if schema.get("format") == "date-time":
+            parse_event_time(field, value)
+        check_string(field, value)
+    elif kind == "integer" and (isinstance(value, bool) or not isinstance(value, int)):
+        if "maximum" in schema:  # else (wait_ms, which clamps) the tool's check names its bound
+            check_int(field, value, schema["minimum"], schema["maximum"])
+    elif kind == "boolean":
+        check_bool(field, value)
 
 
 def require(args: Mapping[str, Any], name: str, *, where: str = "") -> Any:

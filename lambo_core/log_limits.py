@@ -4,9 +4,12 @@ A client can send a serve any number of bad lines, and a client may never read
 the serve's stderr pipe. So warnings about bad input are rate-limited
 (``RateLimitedWarnings``: the first few of each interval one by one, then one
 summary line with the count), and every log record goes through a bounded
-queue to one writer thread (``install_stderr_queue``): when stderr is full the
-record is dropped and counted, never waited for, so neither the event loop nor
-the stdin reader can stall on a pipe nobody drains.
+queue to one writer thread (``install_stderr_queue``). A record is waited for
+until written (so log lines and the CLI's own stderr lines keep their order),
+but only ``SYNC_WAIT_S`` and only while stderr keeps up: once a write stalls,
+records are queued without waiting, and dropped and counted when the queue is
+full, until the writer catches up; so neither the event loop nor the stdin
+reader can stall on a pipe nobody drains.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import IO
 
 QUEUE_RECORDS = 1000
 """How many log records may wait for stderr before new ones are dropped."""
+SYNC_WAIT_S = 0.25
+"""How long a logging call waits for its record to be written while stderr keeps up."""
 EXIT_FLUSH_S = 1.0
 """How long an exiting process waits for queued records to reach stderr."""
 
@@ -86,19 +91,34 @@ class RateLimitedWarnings:
 
 
 class DroppingQueueHandler(logging.handlers.QueueHandler):
-    """A QueueHandler that drops (and counts) a record when its bounded queue is full."""
+    """A QueueHandler that never blocks long: waits briefly while stderr keeps up, else
+    queues, and drops (and counts) a record when its bounded queue is full."""
 
     def __init__(self, records: queue.Queue[logging.LogRecord]) -> None:
         super().__init__(records)
+        self._records = records
         self._dropped_lock = threading.Lock()
         self.dropped = 0
+        self._stalled = False  # a write outlasted SYNC_WAIT_S and the queue has not drained
 
     def enqueue(self, record: logging.LogRecord) -> None:
+        records = self._records
         try:
-            self.queue.put_nowait(record)
+            records.put_nowait(record)
         except queue.Full:
             with self._dropped_lock:
                 self.dropped += 1
+            return
+        if self._stalled and records.unfinished_tasks > 1:
+            return  # still behind: do not wait again
+        self._stalled = not self._wait_written(SYNC_WAIT_S)
+
+    def _wait_written(self, timeout: float) -> bool:
+        records = self._records
+        with records.all_tasks_done:
+            return records.all_tasks_done.wait_for(
+                lambda: records.unfinished_tasks == 0, timeout=timeout
+            )
 
     def flush(self) -> None:
         """Wait (up to ``EXIT_FLUSH_S``) for queued records to be written.
@@ -106,12 +126,7 @@ class DroppingQueueHandler(logging.handlers.QueueHandler):
         ``logging.shutdown`` calls this at exit, so the last lines are not lost; a
         stderr nobody reads cannot hold the exit longer than that.
         """
-        records = self.queue
-        if isinstance(records, queue.Queue):
-            with records.all_tasks_done:
-                records.all_tasks_done.wait_for(
-                    lambda: records.unfinished_tasks == 0, timeout=EXIT_FLUSH_S
-                )
+        self._wait_written(EXIT_FLUSH_S)
 
     def take_dropped(self) -> int:
         with self._dropped_lock:

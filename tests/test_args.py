@@ -86,3 +86,102 @@ def test_bool_and_list() -> None:
     assert refusal(lambda: check_list("concepts", list(range(65)), 64, what="concepts")) == (
         "concepts has 65 concepts; at most 64 are accepted"
     )
+
+
+# --- types against the published schemas ----------------------------------------------------
+
+CONCEPT = {"content": "c", "concept_type": "logic"}
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "text"),
+    [
+        # falsy values of the wrong type are not read as "none"
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [{**CONCEPT, "against": 0.0}]},
+            "concepts[0].against must be an array",
+        ),
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [{**CONCEPT, "depends_on": False}]},
+            "concepts[0].depends_on must be an array",
+        ),
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [CONCEPT], "parent_of": {}},
+            "parent_of must be an array",
+        ),
+        ("lambo_derive", {"agent_id": "a", "concepts": [CONCEPT], "parent_of": ""}, None),
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [CONCEPT], "parent_of": [{"parent": "p", "child": 0}]},
+            "parent_of[0].child must be a string",
+        ),
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [{**CONCEPT, "depends_on": ["x", 0]}]},
+            "concepts[0].depends_on[1] must be a string",
+        ),
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [None]},
+            "concepts[0] must be an object",
+        ),
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [{**CONCEPT, "concept_type": 1}]},
+            "concepts[0].concept_type must be a string, one of "
+            "entity, logic, constraint, resource, observation",
+        ),
+        (
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [CONCEPT], "event_time": 0},
+            "event_time must be an RFC3339 timestamp such as 2024-06-12T14:30:00Z",
+        ),
+        ("lambo_record_action", {"agent_id": "a", "action": "x", "produces": 0}, None),
+        ("lambo_record_action", {"agent_id": "a", "action": "x", "modifies": False}, None),
+        ("lambo_record_action", {"agent_id": "a", "action": "x", "against": ""}, None),
+        ("lambo_recall", {"agent_id": "a", "query": "q", "top_k": 5.0}, None),
+        ("lambo_reserve", {"agent_id": "a", "node_id": "n", "release": 0}, None),
+        ("lambo_stats", {"agent_id": "a", "receipt": 0}, "receipt must be a string"),
+        ("lambo_stale", {"agent_id": []}, "agent_id must be a string"),
+    ],
+)
+def test_a_wrong_type_is_refused_by_field_at_any_depth(
+    tool: str, args: dict[str, object], text: str | None
+) -> None:
+    from lambo_core.mcp.tools import SCHEMAS
+
+    refused = refusal(check_arguments, tool, args, list(SCHEMAS[tool]["properties"]))
+    if text is not None:
+        assert refused == text
+    assert refused.split(" ")[0].split("[")[0].split(".")[0] in args  # names the field
+
+
+def test_a_typo_inside_a_nested_object_is_refused_before_a_type() -> None:
+    args = {"agent_id": "a", "concepts": [{"contnet": "c", "against": 0}]}
+    text = refusal(check_arguments, "lambo_derive", args, ("agent_id", "concepts"))
+    assert text.startswith("concepts[0].contnet is not an argument of lambo_derive")
+    assert text.endswith("it takes content, concept_type, depends_on, against")
+
+
+def test_null_means_omitted_and_right_types_pass() -> None:
+    args = {"agent_id": "a", "query": "q", "top_k": None, "scope": None}
+    assert check_arguments("lambo_recall", args, (*ALLOWED, "scope")) is args
+
+
+def test_the_schemas_publish_the_bounds_the_tools_enforce() -> None:
+    from lambo_core import inspect, locks, recall, stale
+    from lambo_core.mcp.tools import SCHEMAS
+
+    def bounds(tool: str, name: str) -> tuple[int, int]:
+        member = SCHEMAS[tool]["properties"][name]
+        return member["minimum"], member["maximum"]
+
+    assert bounds("lambo_recall", "top_k") == recall.TOP_K_RANGE
+    assert bounds("lambo_recall", "max_tokens") == recall.MAX_TOKENS_RANGE
+    assert bounds("lambo_recall", "traversal_depth") == recall.DEPTH_RANGE
+    assert bounds("lambo_reserve", "ttl_seconds") == locks.TTL_RANGE
+    assert bounds("lambo_inspect", "depth") == inspect.DEPTH_RANGE
+    assert bounds("lambo_stale", "offset") == stale.OFFSET_RANGE

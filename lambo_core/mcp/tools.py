@@ -29,6 +29,7 @@ _SCOPE = {
 }
 _EVENT_TIME = {
     "type": "string",
+    "format": "date-time",
     "maxLength": 64,
     "description": "Optional RFC3339 about-time for a historical fact (a commit or document "
     "date). Omit it for a live fact.",
@@ -150,7 +151,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         ["agent_id"],
         {
             "agent_id": _AGENT_ID,
-            "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000_000},
+            "offset": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
             "scope": _SCOPE,
         },
     ),
