@@ -6,6 +6,12 @@ figures. Otherwise the CLI takes the session lease itself, opens the session,
 answers its calls, waits for every write it admitted to be applied (or to fail),
 and gives the lease back.
 
+A serve that holds the lease but is not answering on its socket yet (a hub
+still opening the session, or another one-shot command using it) is waited
+for, up to ``HUB_START_WAIT_S``, polling its lease record and socket; a lease
+that comes free meanwhile is taken. Only then does the command refuse, saying
+which of those it found.
+
 What the command may do alone depends on the call: a write creates the
 session on its first write; a read refuses a session the store does not have
 (and creates nothing: no session row, no store file); a lock is only ever
@@ -14,8 +20,12 @@ taken through a serve, since it lives as long as the process that holds it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import shlex
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,11 +35,20 @@ import anyio.to_thread
 
 from .config import Config
 from .errors import ConflictError, ErrorKind, LamboError
-from .hub import LeaseKeeper, connect_to_hub, holder_description
+from .hub import (
+    Forwarder,
+    LeaseKeeper,
+    connect_to_hub,
+    holder_dead_here,
+    holder_description,
+    lease_free,
+)
+from .model import Lease
 from .receipts import WAIT_MS_MAX
-from .serve import ServeOptions, open_service, stop_service
+from .serve import ServeOptions, lease_ttl, open_service, stop_service
 from .store import open_store
 from .store.base import Store
+from .store.sqlite import read_lease
 from .text import show_safely
 
 log = logging.getLogger(__name__)
@@ -40,6 +59,9 @@ Call = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 # load (a serve's recall waits a bounded time; the one-shot process has nothing else to do).
 _USES_MODEL = frozenset({"lambo_recall"})
 _WRITES = frozenset({"lambo_derive", "lambo_record_action"})
+#: how long a command waits for a live holder of the lease that does not answer yet
+HUB_START_WAIT_S = 10.0
+HUB_POLL_S = 0.1
 
 
 class NotRun(LamboError):
@@ -94,14 +116,31 @@ async def open_client(
     sqlite = config.store_kind == "sqlite"
     if not creates and not needs_serve and sqlite and not config.store_path.is_file():
         raise _missing(config, session, session_list)  # before anything could create the file
-    if sqlite:
-        forwarder = await connect_to_hub(session, config.store_path)
+    deadline = time.monotonic() + HUB_START_WAIT_S
+    while sqlite:
+        forwarder = await _hub_or_free_lease(config, session, deadline)
         if forwarder is not None:
             try:
                 yield forwarder.call
             finally:
                 await forwarder.close()
             return
+        if needs_serve:
+            break
+        store = open_store(config.store_kind, config.store_path)
+        try:
+            if not creates and store.get_session(session) is None:
+                raise _missing(config, session, session_list)
+            keeper = _keeper(store, config, session, agent)
+            if keeper.try_acquire() is not None:
+                async with _served_locally(store, config, keeper) as call:
+                    yield call
+                return
+        finally:
+            store.close()
+        # another command took the lease between the look and the take: wait for it too
+        if time.monotonic() >= deadline:
+            raise _not_answering(session, read_lease(config.store_path, session))
     if needs_serve:
         serve = serve_command or shlex.join(["lambo", "serve", "--session", session])
         raise NotRun(
@@ -110,28 +149,87 @@ async def open_client(
             f"nothing was locked or released; start `{serve}` (an agent's MCP client runs "
             "one) and run this again while it runs, or use lambo_reserve from the agent"
         )
-    store = open_store(config.store_kind, config.store_path if sqlite else None)
+    store = open_store(config.store_kind, None)  # a memory store: this command's own
     try:
         if not creates and store.get_session(session) is None:
             raise _missing(config, session, session_list)
-        async with _served_locally(store, config, session, agent) as call:
+        keeper = _keeper(store, config, session, agent)
+        if keeper.try_acquire() is None:  # pragma: no cover - a fresh memory store is free
+            raise _not_answering(session, keeper.current())
+        async with _served_locally(store, config, keeper) as call:
             yield call
     finally:
         store.close()
 
 
-@asynccontextmanager
-async def _served_locally(
-    store: Store, config: Config, session: str, agent: str
-) -> AsyncIterator[Call]:
-    keeper = LeaseKeeper(store, session, agent)
-    if keeper.try_acquire() is None:
-        current = keeper.current()
-        holder = holder_description(current) if current else "another process"
-        raise ConflictError(
-            f"session {session!r} is held by {holder}, which is not answering on its "
-            "socket; nothing was read or written; try again once it answers or exits"
+def _keeper(store: Store, config: Config, session: str, agent: str) -> LeaseKeeper:
+    ttl = lease_ttl(config)
+    return LeaseKeeper(store, session, agent, ttl=ttl, heartbeat=ttl / 3)
+
+
+async def _hub_or_free_lease(config: Config, session: str, deadline: float) -> Forwarder | None:
+    """A forwarder to the hub of ``session`` once one answers, or None once the lease is
+    free (or held by a dead process) so this command may take it; a live holder that does
+    not answer is polled until ``deadline``, then refused (``_not_answering``)."""
+    path = config.store_path
+    timeout_s = float(config.get("serve.forward_timeout_s"))
+    waiting = False
+    while True:
+        forwarder = await connect_to_hub(session, path, timeout_s=timeout_s)
+        if forwarder is not None:
+            return forwarder
+        lease = await anyio.to_thread.run_sync(read_lease, path, session)
+        if lease is None or lease_free(lease, time.time()) or holder_dead_here(lease):
+            return None
+        if time.monotonic() >= deadline:
+            raise _not_answering(session, lease)
+        if not waiting:
+            waiting = True
+            log.info(
+                "session %s: waiting up to %g s for its holder (pid %d) to answer",
+                show_safely(session, 64),
+                HUB_START_WAIT_S,
+                lease.pid,
+            )
+        await anyio.sleep(HUB_POLL_S)
+
+
+def _not_answering(session: str, lease: Lease | None) -> ConflictError:
+    """The refusal once the wait for a live holder that does not answer has run out."""
+    if lease is None:  # gone meanwhile: nobody to name
+        return ConflictError(
+            f"session {_shown(session)} was held by another process that did not answer "
+            f"within {HUB_START_WAIT_S:g} s; nothing was read or written; try again"
         )
+    holder = holder_description(lease)
+    if lease.socket is None:
+        what = (
+            f"which published no socket within {HUB_START_WAIT_S:g} s: a lambo serve still "
+            "opening the session, or another lambo command using it; try again once it "
+            "answers or exits"
+        )
+    elif not lease.socket:
+        what = (
+            "which publishes no socket (its log says why), so a command cannot reach it; "
+            "stop that serve, or give it a socket directory it can use, to run commands "
+            "against this session"
+        )
+    else:
+        what = (
+            f"whose socket did not answer within {HUB_START_WAIT_S:g} s; restart that serve, "
+            "or stop it so this command can take the session"
+        )
+    return ConflictError(
+        f"session {_shown(session)} is held by {holder}, {what}; nothing was read or written"
+    )
+
+
+@asynccontextmanager
+async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> AsyncIterator[Call]:
+    """Serve the calls here, under the lease ``keeper`` has just taken: heartbeating it, so
+    a command that runs past the lease's TTL keeps it (and is fenced out if it loses it)."""
+    session, agent = keeper.session, keeper.agent
+    heartbeat = asyncio.create_task(keeper.run())
     clean = True
     try:
         service = await anyio.to_thread.run_sync(
@@ -161,9 +259,23 @@ async def _served_locally(
                     "lambo_stats", {"agent_id": writer, "receipt": receipt, "wait_ms": WAIT_MS_MAX}
                 )
         finally:
-            clean = (await anyio.to_thread.run_sync(stop_service, service)).clean
+            lease_held = _holding(keeper)
+            stopped = await anyio.to_thread.run_sync(
+                functools.partial(stop_service, service, lease_held=lease_held)
+            )
+            clean = stopped.clean
     finally:
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
         if clean:
             keeper.release()
         else:  # a write may still be committing: the lease lapses with this process instead
             log.warning("session %s: keeping the lease until this command exits", session)
+
+
+def _holding(keeper: LeaseKeeper) -> Callable[[], bool]:
+    def held() -> bool:
+        return keeper.lease is not None and not keeper.lost.is_set()
+
+    return held

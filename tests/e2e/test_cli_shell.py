@@ -444,3 +444,162 @@ def test_a_one_shot_recall_waits_for_the_model(served_home: Path) -> None:
     assert not [w for w in body["warnings"] if "vector leg" in w], body["warnings"]
     assert "Keyword-only" not in body["context"]
     assert [hit["content"] for hit in body["hits"]] == ["The cat naps on the sofa"]
+
+
+# --- a command rides out a hub that is still starting (#13) -------------------------------------
+
+# A serve started with this holds every Session.open while the gate file exists: it holds
+# the lease and has published nothing, as a hub still opening a large session has.
+SLOW_OPEN = """
+import os, time
+import lambo_core.session as session
+
+_open = session.Session.open.__func__
+_gate = os.environ["LAMBO_E2E_OPEN_GATE"]
+
+def _held_open(cls, *args, **kwargs):
+    while os.path.exists(_gate):
+        time.sleep(0.01)
+    return _open(cls, *args, **kwargs)
+
+session.Session.open = classmethod(_held_open)
+"""
+# A command started with this waits at most 1 s for a holder that does not answer.
+SHORT_WAIT = "import lambo_core.client as client\nclient.HUB_START_WAIT_S = 1.0\n"
+
+
+def _hooked(home: Path, tmp: Path, name: str, code: str, **env: str) -> dict[str, str]:
+    where = tmp / name
+    where.mkdir()
+    (where / "sitecustomize.py").write_text(code)
+    return {**serve_env(home), "PYTHONPATH": str(where), **env}
+
+
+def _lease_row(db: Path, session: str) -> tuple[int, str | None] | None:
+    """(holder pid, recorded socket) of the session's lease, or None before there is one."""
+    if not db.exists():
+        return None
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            row = conn.execute(
+                "SELECT pid, socket FROM session_leases WHERE session = ?", (session,)
+            ).fetchone()
+    except sqlite3.OperationalError:  # the serve is still creating the schema
+        return None
+    return None if row is None else (int(row[0]), row[1])
+
+
+def _starting_hub(home: Path, tmp: Path, gate: Path, session: str) -> subprocess.Popen[bytes]:
+    """A `lambo serve` that holds the lease of ``session`` and answers nothing yet."""
+    gate.write_text("closed")
+    env = _hooked(home, tmp, "slow-open", SLOW_OPEN, LAMBO_E2E_OPEN_GATE=str(gate))
+    hub = subprocess.Popen(
+        [*lambo_argv(), "serve", "--session", session],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=home,
+    )
+    db = home / "data" / "lambo.db"
+    for _ in range(6000):  # a failure bound of about a minute, polling the lease record
+        row = _lease_row(db, session)
+        if row is not None and row[0] == hub.pid:
+            assert row[1] is None  # held, nothing published: still starting
+            return hub
+        assert hub.poll() is None, "the serve exited"
+        subprocess.run(["sleep", "0.01"], check=True)
+    raise AssertionError("the serve never took the lease")
+
+
+def _stop(hub: subprocess.Popen[bytes]) -> None:
+    assert hub.stdin is not None
+    hub.stdin.close()
+    try:
+        hub.wait(30)
+    except subprocess.TimeoutExpired:
+        hub.kill()
+        hub.wait()
+
+
+def test_concurrent_writes_ride_out_a_hub_that_is_still_starting(
+    lambo_home: Path, tmp_path: Path
+) -> None:
+    """The issue saw 11 of 36 concurrent derives refused while a hub was starting: each
+    command now waits for the holder to answer and forwards to it."""
+    home = keyword_only_home(lambo_home)
+    gate = tmp_path / "open-gate"
+    hub = _starting_hub(home, tmp_path, gate, "starting")
+    try:
+        commands = [
+            [*lambo_argv(), "derive", "--session", "starting", "--agent", f"shell-{n}",
+             "--content", f"the starting hub answers command {n}", "--kind", "logic"]
+            for n in range(12)
+        ]  # fmt: skip
+        started = [
+            subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=serve_env(home),
+                cwd=home,
+            )
+            for argv in commands
+        ]
+        for p in started:  # each command is waiting for the holder (its log says so)
+            assert p.stderr is not None
+            for line in p.stderr:
+                if "waiting up to 10 s for its holder (pid" in line:
+                    break
+            else:
+                raise AssertionError("a command did not wait for the starting hub")
+        gate.unlink()  # the hub finishes opening the session while the commands wait
+        outs = [p.communicate(timeout=120) for p in started]
+        codes = [p.returncode for p in started]
+        assert codes == [0] * len(commands), outs
+        for stdout, _ in outs:
+            assert stdout.splitlines()[0].startswith("applied — derived 1 concept(s): 1 created")
+        row = _lease_row(home / "data" / "lambo.db", "starting")
+        assert row is not None and row[0] == hub.pid and row[1]  # the hub answered them all
+    finally:
+        _stop(hub)
+    with sqlite3.connect(home / "data" / "lambo.db") as conn:
+        contents = sorted(
+            row[0]
+            for row in conn.execute("SELECT content FROM concepts WHERE session = 'starting'")
+        )
+    assert contents == sorted(f"the starting hub answers command {n}" for n in range(12))
+
+
+def test_a_hub_that_never_answers_is_refused_after_the_wait_saying_why(
+    lambo_home: Path, tmp_path: Path
+) -> None:
+    home = keyword_only_home(lambo_home)
+    gate = tmp_path / "open-gate"
+    hub = _starting_hub(home, tmp_path, gate, "stuck")
+    try:
+        env = _hooked(home, tmp_path, "short-wait", SHORT_WAIT)
+        out = subprocess.run(
+            [*lambo_argv(), "derive", "--session", "stuck", "--content", "never written"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=home,
+            timeout=120,
+        )
+        assert out.returncode == 1, out.stderr
+        [line] = said(out)
+        assert re.fullmatch(
+            r"lambo: conflict: session 'stuck' is held by lambo-serve@\S+#"
+            + str(hub.pid)
+            + r" \(agent lambo-serve, pid "
+            + str(hub.pid)
+            + r"; last heartbeat \d+ s ago, lease expires in \d+ s\), which published no "
+            r"socket within 1 s: a lambo serve still opening the session, or another lambo "
+            r"command using it; try again once it answers or exits; nothing was read or written",
+            line,
+        ), line
+    finally:
+        gate.unlink()
+        _stop(hub)
