@@ -72,12 +72,16 @@ from typing import Any, Literal
 
 from .clock import Clock, SystemClock
 from .errors import ConfigError, ConflictError, LamboError, internal_fault
+from .log_limits import RateLimitedWarnings
 from .mcp.refusals import (
+    BATCH_TEXT,
+    INVALID_ID_TEXT,
     INVALID_PARAMS,
     INVALID_REQUEST,
     INVALID_REQUEST_TEXT,
     PARSE_ERROR,
     PARSE_ERROR_TEXT,
+    TOO_DEEP_TEXT,
     UNKNOWN_TOOL,
     ProtocolRefusal,
     too_large_text,
@@ -734,7 +738,16 @@ def _refusal(rid: object, code: int, text: str) -> dict[str, Any]:
 
 
 def _encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    try:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    except UnicodeEncodeError:
+        # A lone surrogate a client sent has no UTF-8 form: ASCII JSON escapes it (\\ud800),
+        # so the call still reaches the hub, whose text rule refuses the field by name.
+        return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode() + b"\n"
+
+
+#: a local client may send any number of bad lines: warn about a few, then count them
+_bad_lines = RateLimitedWarnings(log, "hub: bad forwarded request lines")
 
 
 # --------------------------------------------------------------------------- the hub's server
@@ -859,18 +872,31 @@ class HubServer:
     async def _answer(self, line: bytes, send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         try:
             message = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            log.warning("hub: a forwarded request that is not JSON (%d bytes): %s", len(line), exc)
+        except RecursionError:
+            _bad_lines.warning("hub: a forwarded request nested too deeply (%d bytes)", len(line))
+            ends = _Oversized(len(line), line[: _Lines._KEEP], line[-_Lines._KEEP :])
+            await send(_refusal(ends.request_id(), INVALID_REQUEST, TOO_DEEP_TEXT))
+            return
+        except ValueError as exc:
+            _bad_lines.warning(
+                "hub: a forwarded request that is not JSON (%d bytes): %s", len(line), exc
+            )
             await send(_refusal(None, PARSE_ERROR, PARSE_ERROR_TEXT))
+            return
+        if isinstance(message, list):
+            _bad_lines.warning("hub: a batch of forwarded requests (%d bytes)", len(line))
+            await send(_refusal(None, INVALID_REQUEST, BATCH_TEXT))
             return
         rid = message.get("id") if isinstance(message, dict) else None
         tool = message.get("tool") if isinstance(message, dict) else None
         arguments = message.get("arguments") if isinstance(message, dict) else None
-        if not _valid_id(rid) or not isinstance(tool, str) or not isinstance(arguments, dict):
-            log.warning("hub: a malformed forwarded request (%d bytes)", len(line))
-            await send(
-                _refusal(rid if _valid_id(rid) else None, INVALID_REQUEST, INVALID_REQUEST_TEXT)
-            )
+        if not _valid_id(rid):
+            _bad_lines.warning("hub: a forwarded request with an id of no id type")
+            await send(_refusal(None, INVALID_REQUEST, INVALID_ID_TEXT))
+            return
+        if not isinstance(tool, str) or not isinstance(arguments, dict):
+            _bad_lines.warning("hub: a malformed forwarded request (%d bytes)", len(line))
+            await send(_refusal(rid, INVALID_REQUEST, INVALID_REQUEST_TEXT))
             return
         if self.tool_names is not None and tool not in self.tool_names():
             await send(_refusal(rid, INVALID_PARAMS, UNKNOWN_TOOL))

@@ -58,11 +58,14 @@ from lambo_core.hub import (
     unavailable_result,
 )
 from lambo_core.mcp.refusals import (
+    BATCH_TEXT,
+    INVALID_ID_TEXT,
     INVALID_PARAMS,
     INVALID_REQUEST,
     INVALID_REQUEST_TEXT,
     PARSE_ERROR,
     PARSE_ERROR_TEXT,
+    TOO_DEEP_TEXT,
     UNKNOWN_TOOL,
     ProtocolRefusal,
 )
@@ -391,7 +394,8 @@ def test_an_oversized_line_is_answered_and_the_connection_keeps_serving(
             invalid = {"code": INVALID_REQUEST, "message": INVALID_REQUEST_TEXT}
             assert got[4] == {"id": None, "error": parse_error}
             assert got[5] == {"id": 10, "error": invalid}
-            assert got[6] == {"id": None, "error": parse_error}  # nested too deep
+            too_deep = {"code": INVALID_REQUEST, "message": TOO_DEEP_TEXT}
+            assert got[6] == {"id": 13, "error": too_deep}  # nested too deeply: its id
             assert got[7]["result"]["structuredContent"]["arguments"] == {"ok": True}
             # a line cut off by the end of input is not answered
             writer.write(b'{"id": 12, "tool": "t", "arguments": {"x": "' + padding)
@@ -399,6 +403,34 @@ def test_an_oversized_line_is_answered_and_the_connection_keeps_serving(
             assert await reader.read() == b""
             writer.close()
         finally:
+            await server.close()
+
+    run(main)
+
+
+def test_odd_ids_batches_and_lone_surrogates_on_the_hub_socket(runtime: Path, db: Path) -> None:
+    path = own_socket(runtime, db)
+
+    async def main() -> None:
+        server = HubServer(echo, path)
+        await server.start()
+        fwd = Forwarder(path)
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            for raw in (b"1.5", b"true", b"{}", b"[]", b"NaN"):
+                writer.write(b'{"id": ' + raw + b', "tool": "t", "arguments": {}}\n')
+            writer.write(b'[{"id": 1, "tool": "t", "arguments": {}}]\n')
+            await writer.drain()
+            got = [json.loads(await reader.readline()) for _ in range(6)]
+            bad_id = {"code": INVALID_REQUEST, "message": INVALID_ID_TEXT}
+            assert got[:5] == [{"id": None, "error": bad_id}] * 5
+            assert got[5] == {"id": None, "error": {"code": INVALID_REQUEST, "message": BATCH_TEXT}}
+            writer.close()
+            # A lone surrogate (Python's JSON reads it) is forwarded, escaped, to the handler.
+            ok = await fwd.call("t", {"q": "a\ud800b"})
+            assert ok["structuredContent"]["arguments"] == {"q": "a\ud800b"}
+        finally:
+            await fwd.close()
             await server.close()
 
     run(main)
