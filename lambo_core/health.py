@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 
 from .clock import Clock
+from .log_limits import RateLimitedWarnings
 from .text import format_rfc3339
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class StoreHealth:
         self._degraded: Degraded | None = None
         self._dead_lettered = 0
         self._refusals = 0
+        # A full disk refuses every write: its reason is logged once, then counted.
+        self._refusal_log = RateLimitedWarnings(log, "store refusals", burst=1, interval=30.0)
 
     @property
     def degraded(self) -> bool:
@@ -85,13 +88,16 @@ class StoreHealth:
                 detail,
             )
         else:
-            log.warning("session %s: the store refused %s (%s)", self._session, what, detail)
+            self._refusal_log.warning(
+                "session %s: the store refused %s (%s)", self._session, what, detail
+            )
 
     def wrote(self) -> None:
         """One of the session's own writes (an applied batch, a flush) reached the store."""
         with self._lock:
             was, self._degraded = self._degraded, None
         if was is not None:
+            self._refusal_log.flush()
             log.warning(
                 "session %s: no longer degraded: the store takes writes again", self._session
             )

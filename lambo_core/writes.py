@@ -529,9 +529,8 @@ class WritePipeline:
                 if not isinstance(exc, StoreError):
                     raise
                 self.health.refused("a write's intent", exc.detail or exc.message)
-                raise StoreError(
-                    f"{exc.message}; {self.health.note()}", detail=exc.detail
-                ) from None
+                # health logged why (once, then counted): not again for every call
+                raise StoreError(f"{exc.message}; {self.health.note()}") from None
             with self._lock:
                 self._in_flight += 1
             self._queue.put(intent)
@@ -750,7 +749,7 @@ class WritePipeline:
             raise _NotPending from None
         except LamboError as exc:
             self.health.refused("an applied write", exc.detail or exc.message)
-            raise _TransientFailure(STORE_REFUSED_WRITE, detail=exc.detail) from None
+            raise _TransientFailure(STORE_REFUSED_WRITE) from None  # health logged why
         self.health.wrote()
 
     def _settled_elsewhere(self, intent: WriteIntent) -> bool:

@@ -157,3 +157,24 @@ def test_flush_lag_counts_access_counts_until_they_are_flushed(world: World) -> 
     assert world.stats()["flush_lag_ms"] > 0.0  # the recall's access counts wait
     world.pipeline.flush_access_counts()
     assert world.stats()["flush_lag_ms"] == 0.0
+
+
+def test_a_store_that_keeps_refusing_is_logged_once_with_its_reason_then_counted(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.store.refuse.add("apply")
+    with caplog.at_level("WARNING"):
+        for i in range(6):
+            ack = world.derive(f"a fact the full disk refuses {i}")
+            assert world.settle(ack.structured["receipt"]).state is ReceiptState.FAILED
+        world.store.refuse.discard("apply")
+        ack = world.derive("the disk has room again")
+        assert world.settle(ack.structured["receipt"]).state is ReceiptState.APPLIED
+    refusals = [r.getMessage() for r in caplog.records if "the store refused" in r.getMessage()]
+    # the degraded line and one more, each with the store's own reason; the rest counted
+    assert len(refusals) == 2, refusals
+    assert all("database or disk is full" in m for m in refusals)
+    summary = [r.getMessage() for r in caplog.records if "store refusals" in r.getMessage()]
+    assert summary and summary[0].startswith("4 more store refusals")
+    per_write = [r for r in caplog.records if "disk is full" in r.getMessage()]
+    assert len(per_write) == 2  # not once more for every write that failed
