@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import queue
 import threading
 import time
@@ -134,27 +135,66 @@ class DroppingQueueHandler(logging.handlers.QueueHandler):
         return dropped
 
 
-class _CountingStream(logging.StreamHandler):  # type: ignore[type-arg]
-    """The writer thread's handler: before each record, says how many were dropped."""
+class _StderrWriter:
+    """The one thread that writes queued records to the stream.
 
-    def __init__(self, stream: IO[str], front: DroppingQueueHandler) -> None:
-        super().__init__(stream)
+    It writes to the stream's file descriptor directly (``os.write``), so while it
+    is blocked on a full pipe it holds no lock anything else needs: not the
+    stream's buffer (the interpreter's exit flushes that) and not a logging
+    handler's (``logging.shutdown`` takes each). Before a record, it notes how
+    many were dropped.
+    """
+
+    def __init__(
+        self, records: queue.Queue[logging.LogRecord], stream: IO[str], front: DroppingQueueHandler
+    ) -> None:
+        self._records = records
+        self._stream = stream
         self._front = front
+        self.formatter = logging.Formatter()
+        try:
+            self._fd: int | None = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            self._fd = None  # no descriptor (a test's StringIO): write through the stream
+        self._encoding = getattr(stream, "encoding", None) or "utf-8"
+        self._thread = threading.Thread(target=self._run, name="lambo-log", daemon=True)
 
-    def emit(self, record: logging.LogRecord) -> None:
-        dropped = self._front.take_dropped()
-        if dropped:
-            note = logging.LogRecord(
-                record.name,
-                logging.WARNING,
-                __file__,
-                0,
-                "%d log lines were dropped: stderr was not being read",
-                (dropped,),
-                None,
-            )
-            super().emit(note)
-        super().emit(record)
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            record = self._records.get()
+            try:
+                dropped = self._front.take_dropped()
+                if dropped:
+                    self._write(self._note(record, dropped))
+                self._write(record)
+            except Exception:  # a log line must never end the writer
+                pass
+            finally:
+                self._records.task_done()
+
+    def _note(self, record: logging.LogRecord, dropped: int) -> logging.LogRecord:
+        return logging.LogRecord(
+            record.name,
+            logging.WARNING,
+            __file__,
+            0,
+            "%d log lines were dropped: stderr was not being read",
+            (dropped,),
+            None,
+        )
+
+    def _write(self, record: logging.LogRecord) -> None:
+        line = self.formatter.format(record) + "\n"
+        if self._fd is None:
+            self._stream.write(line)
+            self._stream.flush()
+            return
+        data = memoryview(line.encode(self._encoding, "backslashreplace"))
+        while data:
+            data = data[os.write(self._fd, data) :]
 
 
 def install_stderr_queue(
@@ -172,11 +212,9 @@ def install_stderr_queue(
         return None
     records: queue.Queue[logging.LogRecord] = queue.Queue(capacity)
     front = DroppingQueueHandler(records)
-    back = _CountingStream(stream, front)
-    back.setFormatter(logging.Formatter(fmt))
-    listener = logging.handlers.QueueListener(records, back, respect_handler_level=False)
-    listener.start()  # a daemon thread: a write blocked on a full pipe never holds the exit
+    writer = _StderrWriter(records, stream, front)
+    writer.formatter = logging.Formatter(fmt)
+    writer.start()
     root.addHandler(front)
     root.setLevel(level)
-
     return front

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import logging.handlers
 import os
 import queue
 import threading
 
 import pytest
 
-from lambo_core.log_limits import DroppingQueueHandler, RateLimitedWarnings, _CountingStream
+from lambo_core.log_limits import DroppingQueueHandler, RateLimitedWarnings, _StderrWriter
 
 FAILURE_BOUND_S = 30.0  # a hang fails the test; nothing here is timed
 
@@ -49,9 +48,7 @@ def test_a_stderr_nobody_reads_never_blocks_the_logging_caller() -> None:
     stream = os.fdopen(write_end, "w", buffering=1)
     records: queue.Queue[logging.LogRecord] = queue.Queue(50)
     front = DroppingQueueHandler(records)
-    back = _CountingStream(stream, front)
-    listener = logging.handlers.QueueListener(records, back)
-    listener.start()
+    _StderrWriter(records, stream, front).start()
     logger = logging.getLogger("test.log_limits.blocked")
     logger.propagate = False
     logger.addHandler(front)
@@ -82,6 +79,5 @@ def test_a_stderr_nobody_reads_never_blocks_the_logging_caller() -> None:
                 os.read(read_end, 1 << 20)
             except BlockingIOError:
                 threading.Event().wait(0.01)
-        listener.stop()
         stream.close()
         os.close(read_end)

@@ -339,6 +339,8 @@ def judge_line(line: bytes | bytearray) -> Verdict:
     request, such as a peer's stray log line or a response, is never answered,
     so two peers cannot answer each other's noise forever.
     """
+    if b'"jsonrpc"' not in line and b"\\" not in line:
+        return Verdict(reason=_NOT_A_REQUEST)  # no message lacks it: noise, cheaply
     try:
         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:
