@@ -42,6 +42,14 @@ size only, and answered -32600 ``request too large (over 4 MiB)`` (its id when
 it can be read from the start or the end of the line, else null); the
 connection goes on serving. A line cut off by the end of input is not answered.
 
+Fencing and bounded waits: each acquisition hands the store the lease's
+fencing token (``LeaseKeeper``, ``Store.fence``), so a holder paused past its
+lease commits nothing once another took over; a store write refused so marks
+the lease lost, and the hub answers every call with the hub-gone error and
+elects again. A forwarded call waits for its answer at most
+``[serve] forward_timeout_s`` plus its own ``wait_ms``, then counts the hub as
+gone, so a paused hub never leaves a client hanging.
+
 Takeover rule (``holder_dead_here``): a lease held by another holder is taken
 before it expires only when the holder (``agent@host#pid``) names this host,
 its pid is not ours, and that pid no longer runs here (``os.kill(pid, 0)`` says

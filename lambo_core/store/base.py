@@ -48,8 +48,8 @@ EDGE_WEIGHT_CAP = 10.0
 
 #: what a fenced-out write says (class conflict, as the spec's errors table has it)
 LEASE_LOST_TEXT = (
-    "this lambo serve no longer holds the session's single-writer lease (another serve "
-    "took it over), so nothing was written; the detail was logged"
+    "this lambo serve no longer holds the session's single-writer lease (it expired or "
+    "passed to another serve), so nothing was written; the detail was logged"
 )
 
 
