@@ -1330,6 +1330,9 @@ class SessionHub:
             # the hub's service, also while it stops (role "closed"): it still answers
             # reads and waits, and refuses writes as dropped (closing)
             return await handler(tool, arguments)
+        if self.role == "hub" and self.keeper.lost.is_set():
+            # this serve's service has stopped on losing its lease; the election follows
+            return hub_gone_result()
         if self.role == "forwarder" and forwarder is not None:
             try:
                 return await forwarder.call(tool, arguments, meta)
