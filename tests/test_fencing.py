@@ -101,6 +101,7 @@ def test_every_write_of_a_fenced_out_writer_is_refused_and_changes_nothing(store
         ),
         ("set_gc_clock", lambda: store.set_gc_clock(S, 1.0, 1)),
         ("stamp_contract", lambda: store.stamp_contract(S, {"kind": "x"})),
+        ("ensure_session", lambda: store.ensure_session("s", 1.0)),
     ]
     for name, write in writes:
         with pytest.raises(FencedOut) as refused:
@@ -347,3 +348,26 @@ def test_a_heartbeat_thread_and_a_fenced_write_race_without_harm(tmp_path: Path)
         t.join(DEADLINE_S)
     assert len(refusals) == 2 and keeper.lost.is_set()
     store.close()
+
+
+# --------------------------------------------------------------------------- the lease TTL
+
+
+def test_the_lease_ttl_is_configured_and_bounds_the_shutdown_budget(tmp_path: Path) -> None:
+    from lambo_core.config import load_config
+    from lambo_core.errors import ConfigError
+    from lambo_core.serve import lease_ttl, shutdown_budget
+
+    def config(text: str) -> Any:
+        (tmp_path / "lambo.toml").write_text(text)
+        return load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+
+    short = config("[serve]\nlease_ttl_s = 3.0\nshutdown_budget_s = 2.0\n")
+    assert lease_ttl(short) == 3.0 and shutdown_budget(short) == 2.0
+    assert float(short.get("serve.forward_timeout_s")) == 30.0
+    with pytest.raises(ConfigError) as refused:
+        shutdown_budget(config("[serve]\nlease_ttl_s = 3.0\n"))  # the default budget, 15 s
+    assert refused.value.message.startswith(
+        "serve.shutdown_budget_s is 15 s; it must be at most 2 s (two thirds of the 3 s "
+        "session lease, serve.lease_ttl_s)"
+    )
