@@ -11,10 +11,17 @@ works unchanged, but:
   discarded up to its newline, a WARN log gives its size (never its content),
   and it is answered with JSON-RPC -32600 ``request too large (over 4 MiB)``
   carrying the request's id when it can be read from either end of the line;
-- a line that claims to be JSON-RPC but does not parse is answered (-32700, or
-  -32600 for a well-formed but invalid request); anything else that does not
-  parse, such as a peer's stray log line or a blank line, is logged and not
-  answered, so two peers cannot answer each other's noise forever;
+- every request is answered (``judge_line``): a line that claims to be JSON-RPC
+  but is not JSON gets -32700; a batch, an id that is not a string or an
+  integer (1.5, true, null, NaN, ...) get -32600 with id null; JSON nested too
+  deeply to read gets -32600 with the id read from the line's ends; a request
+  whose only flaw is a lone surrogate escaped in a string (valid JSON that
+  pydantic refuses) is dispatched, so the tool refuses the field by name;
+  anything else that is not a request, such as a peer's stray log line, a
+  response or a blank line, is not answered, so two peers cannot answer each
+  other's noise forever;
+- warnings about bad lines are rate-limited (``RateLimitedWarnings``): a
+  client sending any number of them cannot flood stderr;
 - a line cut off by the end of input is neither dispatched nor answered.
 
 Like the SDK, while serving, fd 0 points at the null device and fd 1 at stderr,
