@@ -19,7 +19,8 @@ from lambo_core.store import SqliteStore
 from tests.e2e.raw_serve import RawServe
 
 AGENTS = 4
-PER_AGENT = 60
+PER_AGENT = 63  # inside the 64-write lane even if nothing applies meanwhile
+QUEUED = 200  # at least this many still queued when the stop begins
 REPEATS = 5  # of each way of stopping
 WAITS_PER_AGENT = 4  # 16 in flight: the server's wait bound
 BUDGET_S = 15.0  # [serve] shutdown_budget_s's default
@@ -63,16 +64,18 @@ def test_sigterm_and_end_of_stdin_hand_queued_writes_on(served_home: Path, tmp_p
                 assert serve.proc.wait(BUDGET_S + 30) == 0
                 break
 
-            acked: list[tuple[str, str]] = []
+            # Sent without waiting for each ack (pipelined), so few apply meanwhile.
+            sent = []
             for i in range(AGENTS * PER_AGENT):
                 agent = f"agent-{i % AGENTS}"
-                ack = serve.call(
-                    "lambo_derive",
-                    {
-                        "agent_id": agent,
-                        "concepts": [{"content": fact(rep, i), "concept_type": "logic"}],
-                    },
-                )
+                arguments = {
+                    "agent_id": agent,
+                    "concepts": [{"content": fact(rep, i), "concept_type": "logic"}],
+                }
+                sent.append((agent, serve.start_call("lambo_derive", arguments)))
+            acked: list[tuple[str, str]] = []
+            for agent, request_id in sent:
+                ack = serve.answer(request_id)["result"]["structuredContent"]
                 assert ack["receipt_state"] == "pending"
                 acked.append((agent, ack["receipt"]))
             # Waits in flight on each agent's last receipts: the stop must answer them.
@@ -83,7 +86,8 @@ def test_sigterm_and_end_of_stdin_hand_queued_writes_on(served_home: Path, tmp_p
                 for agent, receipt in acked[-AGENTS * WAITS_PER_AGENT :]
             }
             # A call answered after them means the serve has read them and they are waiting.
-            serve.call("lambo_stats", {"agent_id": "agent-0"})
+            queued = serve.call("lambo_stats", {"agent_id": "agent-0"})["write_queue_outstanding"]
+            assert queued >= QUEUED, queued  # really stopped with a queue
             if how == "sigterm":
                 serve.proc.send_signal(signal.SIGTERM)
             else:
@@ -101,7 +105,7 @@ def test_sigterm_and_end_of_stdin_hand_queued_writes_on(served_home: Path, tmp_p
         assert float(report["secs"]) < BUDGET_S
         assert int(report["unflushed"]) == 0
         assert int(report["applied"]) + int(report["deferred"]) == len(acked)
-        assert int(report["deferred"]) >= 200, report.group(0)  # really stopped with a queue
+        assert int(report["deferred"]) > 0, report.group(0)
         owed = acked
         everything += [receipt for _, receipt in acked]
 
