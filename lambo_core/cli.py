@@ -180,7 +180,9 @@ def serve(
     Example, as an MCP client's command:
       lambo serve --session demo
     """
-    from .serve import ServeOptions, run_stdio
+    from .serve import ServeOptions, exit_cleanly_until_serving, run_stdio
+
+    exit_cleanly_until_serving()
     from .text import check_agent_id, check_string
 
     flags = {

@@ -353,6 +353,19 @@ def run_stdio(config: Config, options: ServeOptions) -> None:
         os._exit(0)
 
 
+def exit_cleanly_until_serving() -> None:
+    """A stop signal before the serve is running (it is still importing, reading its
+    config) ends the process with 0: nothing was acked yet, so there is nothing to hand
+    on. ``serve_stdio`` takes the signals over once it serves."""
+
+    def leave(signum: int, frame: object) -> None:
+        log.info("%s before serving: nothing to stop", signal.Signals(signum).name)
+        raise SystemExit(0)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, leave)
+
+
 async def _stop_on_signal(stop: anyio.Event) -> None:
     with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:

@@ -281,3 +281,20 @@ def test_a_replay_that_fails_here_answers_failed_at_once_not_a_full_wait(
         assert intent is not None and intent.state is IntentState.PENDING
     finally:
         second.close()
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_before_the_serve_runs_exits_0(signame: str) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, time\n"
+        "from lambo_core.serve import exit_cleanly_until_serving\n"
+        "exit_cleanly_until_serving()\n"
+        f"os.kill(os.getpid(), signal.{signame})\n"
+        "time.sleep(30)\n"
+        "raise SystemExit(3)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
