@@ -316,15 +316,18 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
                     # The whole stop, answers included, stays inside the one budget.
                     ends = time.monotonic() + serve.budget_s
 
+                    # a small budget keeps most of itself for the service's stop
+                    answer_grace = min(ANSWER_GRACE_S, serve.budget_s / 4)
+
                     def grace() -> float:
-                        return max(0.0, min(ANSWER_GRACE_S, ends - time.monotonic()))
+                        return max(0.0, min(answer_grace, ends - time.monotonic()))
 
                     with anyio.CancelScope(shield=True):
                         if serve.hub.role == "forwarder":
                             # Its calls are answered by the hub: let them come back first.
                             with anyio.move_on_after(grace()):
                                 await outstanding.drained()
-                        await serve.stop(max(0.0, ends - time.monotonic() - ANSWER_GRACE_S))
+                        await serve.stop(max(0.0, ends - time.monotonic() - answer_grace))
                         # A hub's calls in flight have their outcome now (a wait on a
                         # receipt heard it settle): let them be answered before the end.
                         with anyio.move_on_after(grace()):

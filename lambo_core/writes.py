@@ -300,7 +300,7 @@ STORE_REFUSED_WRITE = "the store refused this write (the detail is in the serve'
 class StopReport:
     """What a clean stop did with the writes it had not applied."""
 
-    worker_stopped: bool  # False: a write was still being applied when the budget ran out
+    worker_stopped: bool  # False: the worker was still busy when the budget ran out
     flushed: bool  # the final flush completed (and the session was healthy and held)
     applied: int  # this server's own writes applied before the stop (all of its run)
     deferred: int  # this server's writes handed on as durable intents (intent_durable)
@@ -317,7 +317,10 @@ class StopReport:
         if not self.flushed:
             line += "; the final flush did not complete"
         if not self.worker_stopped:
-            line += "; a write was still being applied when the shutdown budget ran out"
+            line += (
+                "; the worker was still busy (a write or a background job) when the "
+                "shutdown budget ran out"
+            )
         return line
 
 
@@ -410,9 +413,10 @@ class WritePipeline:
         self._queue.put(None)  # wakes a worker waiting for work
         worker = self._thread
         if worker is not None:
-            worker.join(max(0.0, deadline - reserve - time.monotonic()))
+            # at least a moment, even on a tiny budget: an idle worker needs no more
+            worker.join(max(0.2, deadline - reserve - time.monotonic()))
         stopped = worker is None or not worker.is_alive()
-        left = self._take_unapplied(include_handed_on=stopped)
+        left = self._take_unapplied()
         own = [i for i in left if not i.payload.get("_replay")]
         flushed = self._final_flush(lease_held)
         state = ReceiptState.INTENT_DURABLE if flushed else ReceiptState.CLOSE_UNFLUSHED
@@ -438,11 +442,12 @@ class WritePipeline:
             elapsed_s=time.monotonic() - started,
         )
 
-    def _take_unapplied(self, *, include_handed_on: bool) -> list[WriteIntent]:
-        """Every queued write the worker will not apply, in the order they were acked."""
+    def _take_unapplied(self) -> list[WriteIntent]:
+        """Every queued write the worker will not apply, in the order they were acked (the
+        one it handed back first: it sets that only once it has let go of it)."""
         left: list[WriteIntent] = []
         handed_on, self._handed_on = self._handed_on, None
-        if include_handed_on and handed_on is not None:
+        if handed_on is not None:
             left.append(handed_on)
         while True:
             try:
@@ -457,8 +462,9 @@ class WritePipeline:
         return left
 
     def _final_flush(self, lease_held: Callable[[], bool] | None) -> bool:
-        """Whether the stop can vouch for the intents it hands on: the write-behind flushed,
-        the store taking writes, the lease still this server's."""
+        """Whether the stop can vouch for the intents it hands on: the lease still this
+        server's and the write-behind flushed. Their intents were committed before their
+        acks, so a store refusing other writes (degraded) does not undo them."""
         if self._fenced is not None or (lease_held is not None and not lease_held()):
             log.warning(
                 "session %s: the lease passed to another writer before the stop",
@@ -466,7 +472,7 @@ class WritePipeline:
             )
             return False
         flushed, _ = self._flush_write_behind(final=True)
-        return flushed and not self.health.degraded
+        return flushed
 
     def _retry_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
         pause = 0.1
@@ -609,12 +615,16 @@ class WritePipeline:
                 intent = self._queue.get(timeout=self._next_wait())
             except queue.Empty:
                 self.rates.idle()
-                self._run_due()
+                if not self._stopping.is_set():
+                    self._run_due()
                 continue
             if intent is None:
                 continue  # close() woke us: the loop's test says whether to stop
             if self._fenced is not None:
                 self._handed_on = intent  # not attempted: the stop settles it with the rest
+                with self._idle:
+                    self._in_flight -= 1
+                    self._idle.notify_all()
                 return
             try:
                 self._apply_one(intent, back_to_back=waiting)
@@ -625,7 +635,8 @@ class WritePipeline:
                 if intent.payload.get("_replay"):
                     # its outcome is in the store now: waits on it ask again
                     self.session.receipts.replay_settled()
-            self._run_due()
+            if not self._stopping.is_set():  # a stop runs no background job of its own
+                self._run_due()
 
     def flush_access_counts(self) -> int:
         """Write the access counts recalls left in RAM behind, on this (the writer's) thread;

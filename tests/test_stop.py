@@ -298,3 +298,59 @@ def test_a_stop_signal_before_the_serve_runs_exits_0(signame: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_stop_hands_on_the_write_it_gave_back_and_runs_no_background_job(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    loaded = threading.Event()
+
+    def load() -> Any:
+        assert loaded.wait(DEADLINE_S)
+        return minilm
+
+    plan = EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract)
+    p = WritePipeline(Session.open(SqliteStore(tmp_path / "j.db"), "s", plan))
+    ran_while_stopping: list[bool] = []
+
+    def slow_job() -> None:  # a daemon cycle that would outlast the stop's join
+        ran_while_stopping.append(p._stopping.is_set())
+        if p._stopping.is_set():
+            time.sleep(2.0)
+
+    p.every(0.01, slow_job)
+    p.start()
+    receipt = derive(p, "a fact made while the model loads")
+    report = p.close(timeout=1.0)
+    loaded.set()
+    assert report.worker_stopped, report.summary()
+    assert (report.deferred, report.unflushed) == (1, 0)
+    assert state(p, receipt) is S.INTENT_DURABLE
+    assert True not in ran_while_stopping
+
+
+def test_a_degraded_session_still_hands_on_intents_it_committed(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    from lambo_core.errors import StoreError
+
+    store = FlakyStore(SqliteStore(tmp_path / "d.db"))
+    p = WritePipeline(Session.open(store, "s", EmbedderPlan.ready(minilm)))  # no worker
+    store.refuse.add("add_intent")
+    store.times["add_intent"] = 1  # one intent refused, then the disk has room again
+    with pytest.raises(StoreError):
+        derive(p, "the refused one")
+    assert p.health.degraded
+    queued = [derive(p, f"kept {i}") for i in range(3)]  # their intents are committed
+    report = p.close(timeout=5.0)
+    assert report.flushed and (report.deferred, report.unflushed) == (3, 0)
+    assert [state(p, r) for r in queued] == [S.INTENT_DURABLE] * 3
+
+
+@pytest.mark.parametrize("budget", [0.0, 0.1])
+def test_an_idle_pipeline_on_a_tiny_budget_still_stops_cleanly(
+    tmp_path: Path, minilm: OnnxEmbedder, budget: float
+) -> None:
+    p = WritePipeline(Session.open(SqliteStore(tmp_path / "t.db"), "s", EmbedderPlan.ready(minilm)))
+    report = p.start().close(timeout=budget)
+    assert report.worker_stopped, report.summary()
