@@ -124,6 +124,20 @@ HUB_GONE_TEXT = (
     "a lambo serve holds the session again (this one is taking it over); carry on "
     "without it rather than waiting."
 )
+#: a forwarded call the hub read but did not answer in time: it may yet act on it
+HUB_SILENT_TEXT = (
+    "lambo memory did not answer this call within {secs:g} s: the lambo serve that holds "
+    "this session may be paused or overloaded, so what this call did is unknown (a write may "
+    "still be applied). Recall, or ask lambo_stats with the write's receipt, before sending a "
+    "write again; carry on without memory meanwhile."
+)
+#: a call to a serve whose lease has passed on (the spec's conflict class)
+LEASE_LOST_CALL_TEXT = (
+    "conflict: this lambo serve no longer holds the session's single-writer lease (it "
+    "expired or passed to another serve), so nothing was read and nothing was written here; "
+    "the detail was logged. Memory returns through the serve that holds the session now: "
+    "call again shortly."
+)
 #: the holder (its pid filled in) still opening the session: it has published nothing yet
 HOLDER_STARTING_TEXT = (
     "lambo memory is unavailable for this call: the lambo serve that holds this session "
@@ -169,6 +183,15 @@ class HubGone(Exception):
 
     Internal: callers see ``hub_gone_result()``; the reason is only logged.
     """
+
+
+class HubSilent(HubGone):
+    """The hub read a forwarded call and did not answer within the bound: unlike a hub
+    that is gone, it may still act on the call."""
+
+    def __init__(self, reason: str, bound_s: float) -> None:
+        super().__init__(reason)
+        self.bound_s = bound_s
 
 
 def tool_error(text: str) -> dict[str, Any]:
@@ -1077,7 +1100,7 @@ class Forwarder:
             except TimeoutError:
                 reason = f"the hub did not answer {tool} within {bound:g} s"
                 self._drop(conn, reason)
-                raise HubGone(reason) from None
+                raise HubSilent(reason, bound or 0.0) from None  # a timeout had a bound
         finally:
             conn.pending.pop(rid, None)
         result = message.get("result")
@@ -1145,15 +1168,16 @@ async def connect_to_hub(
 
 def fenced_handler(handler: Handler, keeper: LeaseKeeper) -> Handler:
     """``handler`` while ``keeper`` holds the lease; once it is lost, every call (local or
-    forwarded) answers the hub-gone error, and so does a call the loss refused midway: this
-    serve is no longer the session's writer, and the election finds the one that is."""
+    forwarded) answers the spec's conflict error for a lost lease, and so does a call the
+    loss refused midway: this serve is no longer the session's writer, and the election
+    finds the one that is."""
 
     async def guarded(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if keeper.lost.is_set():
-            return hub_gone_result()
+            return tool_error(LEASE_LOST_CALL_TEXT)
         result = await handler(tool, arguments)
         if keeper.lost.is_set() and result.get("isError"):
-            return hub_gone_result()
+            return tool_error(LEASE_LOST_CALL_TEXT)
         return result
 
     return guarded
@@ -1332,7 +1356,7 @@ class SessionHub:
             return await handler(tool, arguments)
         if self.role == "hub" and self.keeper.lost.is_set():
             # this serve's service has stopped on losing its lease; the election follows
-            return hub_gone_result()
+            return tool_error(LEASE_LOST_CALL_TEXT)
         if self.role == "forwarder" and forwarder is not None:
             try:
                 return await forwarder.call(tool, arguments, meta)
@@ -1340,6 +1364,8 @@ class SessionHub:
                 log.warning("hub: a forwarded %s found no hub: %s", tool, exc)
                 self._hub_gone(forwarder)
                 self._ask_for_lease()
+                if isinstance(exc, HubSilent):  # it read the call: it may still act on it
+                    return tool_error(HUB_SILENT_TEXT.format(secs=exc.bound_s))
                 # The hub stopped answering this call (a holder that dies closes its
                 # sockets before its pid reads as gone, so the lease cannot tell yet).
                 return hub_gone_result()

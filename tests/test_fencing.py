@@ -19,9 +19,10 @@ import pytest
 from lambo_core.clock import ManualClock
 from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.hub import (
-    HUB_GONE_TEXT,
+    LEASE_LOST_CALL_TEXT,
     Forwarder,
     HubGone,
+    HubSilent,
     LeaseKeeper,
     call_timeout,
     fenced_handler,
@@ -292,6 +293,8 @@ def test_a_hub_that_never_answers_gives_hub_gone_within_the_bound(sock_dir: Path
                     await forwarder.call("lambo_stats", {"agent_id": "a"})
             assert heard.is_set()
             assert "did not answer lambo_stats within 0.2 s" in str(gone.value)
+            # it read the call: unlike a hub that is gone, it may still act on it
+            assert isinstance(gone.value, HubSilent) and gone.value.bound_s == 0.2
             assert not forwarder.connected and drops == [None]
         finally:
             await forwarder.close()
@@ -317,9 +320,10 @@ def test_a_hub_that_lost_its_lease_answers_hub_gone(store: Store) -> None:
         guarded = fenced_handler(handler, keeper)
         assert (await guarded("lambo_recall", {}))["isError"] is False
         gone = await guarded("lambo_derive", {})
-        assert gone["isError"] and gone["content"][0]["text"] == HUB_GONE_TEXT
+        assert gone["isError"] and gone["content"][0]["text"] == LEASE_LOST_CALL_TEXT
+        assert gone["content"][0]["text"].startswith("conflict: ")  # the spec's class
         again = await guarded("lambo_recall", {})  # not even asked: this serve is no hub
-        assert again["content"][0]["text"] == HUB_GONE_TEXT
+        assert again["content"][0]["text"] == LEASE_LOST_CALL_TEXT
         assert calls == ["lambo_recall", "lambo_derive"]
 
     asyncio.run(scenario())
