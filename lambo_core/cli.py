@@ -816,5 +816,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="lambo", standalone_mode=True)
     except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    return 0
+        code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    else:
+        code = 0
+    if "lambo_core.client" in sys.modules:  # a command that served the session itself
+        from .client import stop_was_unfinished
+
+        if stop_was_unfinished():
+            from .serve import exit_without_teardown
+
+            exit_without_teardown(code)
+    return code

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import logging
 import shlex
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -45,7 +46,7 @@ from .hub import (
 )
 from .model import Lease
 from .receipts import WAIT_MS_MAX
-from .serve import ServeOptions, lease_ttl, open_service, stop_service
+from .serve import ServeOptions, lease_ttl, open_service, shutdown_budget, stop_service
 from .store import open_store
 from .store.base import Store
 from .store.sqlite import read_lease
@@ -137,7 +138,8 @@ async def open_client(
                     yield call
                 return
         finally:
-            store.close()
+            if not _UNFINISHED.is_set():  # a thread may still be writing through it
+                store.close()
         # another command took the lease between the look and the take: wait for it too
         if time.monotonic() >= deadline:
             raise _not_answering(session, read_lease(config.store_path, session))
@@ -261,7 +263,9 @@ async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> 
         finally:
             lease_held = _holding(keeper)
             stopped = await anyio.to_thread.run_sync(
-                functools.partial(stop_service, service, lease_held=lease_held)
+                functools.partial(
+                    stop_service, service, shutdown_budget(config), lease_held=lease_held
+                )
             )
             clean = stopped.clean
     finally:
@@ -271,7 +275,17 @@ async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> 
         if clean:
             keeper.release()
         else:  # a write may still be committing: the lease lapses with this process instead
+            _UNFINISHED.set()
             log.warning("session %s: keeping the lease until this command exits", session)
+
+
+# Set when a command's own stop left part of the session running in a thread: the process
+# must then end without the interpreter's teardown (cli.main), as an unfinished serve does.
+_UNFINISHED = threading.Event()
+
+
+def stop_was_unfinished() -> bool:
+    return _UNFINISHED.is_set()
 
 
 def _holding(keeper: LeaseKeeper) -> Callable[[], bool]:

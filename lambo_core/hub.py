@@ -13,12 +13,13 @@ load finish before it exits, so a forwarder whose client leaves right after
 its hub died would otherwise stay up for that load.
 
 Socket directory (spec, "More than one client on one machine"):
-``$XDG_RUNTIME_DIR/lambo``, else ``/tmp/lambo-<uid>``, never TMPDIR; a serve
-publishes only there. It must be a real directory (not a symlink), owned by
-this uid, mode 700; it is created so if missing. A serve whose directory is
-not so (or whose socket path would be too long) still serves its own client
-when it holds the session, publishes nothing, and logs why; lambo never binds
-or forwards into such a directory.
+``$XDG_RUNTIME_DIR/lambo``, else ``/tmp/lambo-<uid>``, never TMPDIR. It must be
+a real directory (not a symlink), owned by this uid, mode 700; it is created so
+if missing. lambo never binds or forwards into one that is not (another account
+may have made it first): a serve whose directory is not so, or whose socket
+path there would be too long, publishes in a fresh private directory of its
+own (``mkdtemp`` under /tmp, removed when it closes) and logs why; only if even
+that fails does it publish nothing, and it still serves its own client.
 
 Finding the holder: the holder records its socket's path with its lease
 (``Lease.socket``; "" when it published nowhere), so a serve in any

@@ -762,12 +762,14 @@ class ReceiptBook:
                 self._release_wait_locked(ticket)
 
     def _sleep_until_replay(self, ticket: _ReplayTicket, seen: int, timeout_s: float) -> bool:
-        """Block until a replay settles after ``seen``; False when cancelled."""
+        """Block until a replay settles after ``seen``; False when cancelled, or when this
+        server is closing (no replay of its will settle any more: answer what is known)."""
         with self._cond:
             self._cond.wait_for(
-                lambda: self._replays_settled != seen or ticket.cancelled, timeout=timeout_s
+                lambda: self._replays_settled != seen or ticket.cancelled or self._closing,
+                timeout=timeout_s,
             )
-            return not ticket.cancelled
+            return not (ticket.cancelled or self._closing)
 
     def _finish_wait(self, ticket: _WaitTicket) -> ReceiptView:
         with self._cond:

@@ -192,9 +192,14 @@ class Serve:
         def lease_held() -> bool:
             return keeper is None or (keeper.lease is not None and not keeper.lost.is_set())
 
-        outcome = await anyio.to_thread.run_sync(
-            partial(stop_service, service, self._stop_budget_s, lease_held=lease_held)
-        )
+        try:
+            outcome = await anyio.to_thread.run_sync(
+                partial(stop_service, service, self._stop_budget_s, lease_held=lease_held)
+            )
+        except Exception:  # fail safe: the worker may still be running, so keep the lease
+            log.exception("session %s: the stop failed", self.options.session)
+            self.unfinished = True
+            return False
         if not outcome.clean:
             self.unfinished = True
         return outcome.clean
@@ -349,11 +354,17 @@ def run_stdio(config: Config, options: ServeOptions) -> None:
     """
     served = anyio.run(serve_stdio, config, options)
     if served.unfinished:
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(0)
+        exit_without_teardown(0)
+
+
+def exit_without_teardown(code: int) -> None:
+    """End the process now, its output and log flushed, skipping the interpreter's teardown
+    (which would destroy onnxruntime under a thread still inside it)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def exit_cleanly_until_serving() -> None:

@@ -28,11 +28,14 @@ from tests.flaky_store import FlakyStore
 
 
 class World:
-    def __init__(self, tmp_path: Path, minilm: OnnxEmbedder) -> None:
+    def __init__(self, tmp_path: Path, minilm: OnnxEmbedder, *, worker: bool = True) -> None:
         self.store = FlakyStore(SqliteStore(tmp_path / "h.db"))
         config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
         session = Session.open(self.store, "s", EmbedderPlan.ready(minilm))
-        self.pipeline = WritePipeline(session).start()
+        # Without the worker nothing flushes behind a test's back (its own flushes count).
+        self.pipeline = WritePipeline(session)
+        if worker:
+            self.pipeline.start()
         self.service = MemoryService(session, self.pipeline, config)
 
     def call(self, tool: str, **args: Any) -> Any:
@@ -56,10 +59,25 @@ class World:
     def settle(self, receipt: str) -> Any:
         return self.pipeline.session.receipts.wait(receipt, "agent-a", "s", 30_000)
 
+    def apply_here(self, receipt: str) -> None:
+        """Apply one queued write on this thread (a World without its worker)."""
+        intent = self.pipeline._queue.get_nowait()
+        assert intent is not None and intent.receipt_id == receipt
+        self.pipeline._apply_one(intent)
+
 
 @pytest.fixture
 def world(tmp_path: Path, minilm: OnnxEmbedder) -> Iterator[World]:
     w = World(tmp_path, minilm)
+    yield w
+    w.pipeline.close()
+    ACCESS_COUNTS.drain(w.pipeline.session)
+
+
+@pytest.fixture
+def still(tmp_path: Path, minilm: OnnxEmbedder) -> Iterator[World]:
+    """A World whose writes and flushes happen only when the test makes them."""
+    w = World(tmp_path, minilm, worker=False)
     yield w
     w.pipeline.close()
     ACCESS_COUNTS.drain(w.pipeline.session)
@@ -122,7 +140,8 @@ def test_an_intent_the_store_refuses_is_refused_and_says_the_session_is_degraded
     assert stats["write_queue_accepted"] == 0 and stats["write_queue_outstanding"] == 0
 
 
-def test_a_write_behind_batch_refused_again_and_again_is_dead_lettered(world: World) -> None:
+def test_a_write_behind_batch_refused_again_and_again_is_dead_lettered(still: World) -> None:
+    world = still
     session = world.pipeline.session
     world.store.refuse.add("add_access_counts")
     ACCESS_COUNTS.record(session, ["some-concept"])
@@ -149,8 +168,10 @@ def test_a_write_behind_batch_refused_again_and_again_is_dead_lettered(world: Wo
     assert (stats["dead_lettered"], stats["degraded"], stats["flush_lag_ms"]) == (1, False, 0.0)
 
 
-def test_flush_lag_counts_access_counts_until_they_are_flushed(world: World) -> None:
+def test_flush_lag_counts_access_counts_until_they_are_flushed(still: World) -> None:
+    world = still
     result = world.derive("the lease TTL is 45 s")
+    world.apply_here(result.structured["receipt"])
     assert world.settle(result.structured["receipt"]).state is ReceiptState.APPLIED
     recall = world.call("lambo_recall", agent_id="agent-a", query="lease TTL")
     assert not recall.is_error

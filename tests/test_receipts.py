@@ -816,3 +816,18 @@ def test_write_queue_keys() -> None:
     assert keys["write_queue_lane_bound"] == 64
     assert keys["write_queue_outstanding"] == 1
     assert keys["receipts_retained"] == 1
+
+
+def test_a_closing_server_answers_a_wait_on_pending_replay_at_once() -> None:
+    store = ReplayingStore()
+    old = rid(ReceiptBook(nonce=1).issue("a", "s", "t"))
+    book = ReceiptBook(nonce=2, foreign_lookup=store.hook)
+    got: list[ReceiptView] = []
+    waiter = threading.Thread(target=lambda: got.append(book.wait(old, "a", "s", WAIT_MS_MAX)))
+    waiter.start()
+    eventually(lambda: book.stats().waits == 1)
+    book.close()  # the stop: no replay of this server will settle it now
+    waiter.join(DEADLINE_S)
+    assert not waiter.is_alive()
+    assert [v.state for v in got] == [S.PENDING_REPLAY]
+    assert book.stats().waits == 0

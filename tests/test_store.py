@@ -724,6 +724,10 @@ def test_lease_renew_and_release_need_the_current_token(store: Store) -> None:
     assert store.acquire_lease(lease("b@host#2", T0 + 100), T0 + 20) is None
 
     store.release_lease(S, held.token)
+    # a heartbeat still in flight when the lease was given up does not bring it back
+    assert store.renew_lease(S, held.token, T0 + 20, 45) is False
+    released = store.get_lease(S)
+    assert released is not None and released.expires_at == 0
     taken = store.acquire_lease(lease("b@host#2", T0 + 100), T0 + 20)
     assert taken is not None and taken.token == held.token + 1  # tokens never go back
     assert store.renew_lease(S, held.token, T0 + 21, 45) is False  # the old holder is fenced
@@ -745,6 +749,10 @@ def test_the_holder_records_its_socket_with_its_lease(store: Store) -> None:
     assert store.record_lease_socket(S, held.token + 1, "/elsewhere.sock") is False
     assert store.record_lease_socket("unleased", 1, "/elsewhere.sock") is False
     store.release_lease(S, held.token)
+    # a heartbeat still in flight when the lease was given up does not bring it back
+    assert store.renew_lease(S, held.token, T0 + 20, 45) is False
+    released = store.get_lease(S)
+    assert released is not None and released.expires_at == 0
     taken = store.acquire_lease(lease("b@host#2", T0 + 100), T0 + 20)
     assert taken is not None and taken.socket is None
     got = store.get_lease(S)

@@ -404,7 +404,8 @@ class MemoryStore:
     def renew_lease(self, session: str, token: int, now: float, ttl: float) -> bool:
         with self._lock:
             lease = self._leases.get(session)
-            if lease is None or lease.token != token:
+            # released (expires_at 0): a heartbeat still in flight must not bring it back
+            if lease is None or lease.token != token or lease.expires_at <= 0:
                 return False
             lease.heartbeat_at = now
             lease.expires_at = now + ttl

@@ -584,11 +584,12 @@ class SqliteStore:
         return stored
 
     def renew_lease(self, session: str, token: int, now: float, ttl: float) -> bool:
-        """Extend our lease; False when the token is no longer the current one."""
+        """Extend our lease; False when the token is no longer the current one, or the
+        lease was released (a heartbeat still in flight must not bring it back)."""
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE session_leases SET heartbeat_at = ?, expires_at = ? "
-                "WHERE session = ? AND token = ?",
+                "WHERE session = ? AND token = ? AND expires_at > 0",
                 (now, now + ttl, session, token),
             )
             return cur.rowcount == 1
