@@ -51,6 +51,7 @@ def no_hub(text: str) -> bool:
     """A call no hub answered: gone (nothing done) or silent (it may still act on it)."""
     return text == HUB_GONE_TEXT or SILENT.fullmatch(text) is not None
 
+
 # Every serve records each store transaction that changed something: its pid, and the
 # session lease's holder pid, token and expiry as that same transaction read them.
 # The first hub also holds every store.apply while the gate file exists (acked writes
@@ -158,9 +159,13 @@ class Serve:
             text = result["content"][0]["text"]
             if unavailable:
                 # the resumed hub's own client: its lease is gone, or no hub answers yet
-                assert text == LEASE_LOST_CALL_TEXT or no_hub(text) or (
-                    text.startswith(UNAVAILABLE)
-                    and "nothing was read and nothing was written" in text
+                assert (
+                    text == LEASE_LOST_CALL_TEXT
+                    or no_hub(text)
+                    or (
+                        text.startswith(UNAVAILABLE)
+                        and "nothing was read and nothing was written" in text
+                    )
                 ), result
             else:
                 assert no_hub(text), result
