@@ -393,9 +393,9 @@ class WritePipeline:
         Admission closes (later writes answer dropped, closing); the worker finishes
         the write it is applying and takes no other; the write-behind is flushed; and
         every write of this server left unapplied is settled ``intent_durable`` (its
-        intent is in the store and the next server replays it) when the flush completed,
-        the store was taking writes and ``lease_held()`` says the lease is still this
-        server's, else ``close_unflushed``. A flush that fails is retried until the
+        intent is in the store and the next server replays it) when the flush completed
+        and ``lease_held()`` says the lease is still this server's, else
+        ``close_unflushed``. A flush that fails is retried until the
         budget ends, and one that then completes turns those receipts intent_durable.
         The caller keeps the lease until this returns, and gives it up only when
         ``worker_stopped``.
