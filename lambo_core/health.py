@@ -52,7 +52,6 @@ class StoreHealth:
         self._lock = threading.Lock()
         self._degraded: Degraded | None = None
         self._dead_lettered = 0
-        self._refusals = 0
         # A full disk refuses every write: its reason is logged once, then counted.
         self._refusal_log = RateLimitedWarnings(log, "store refusals", burst=1, interval=30.0)
 
@@ -66,16 +65,9 @@ class StoreHealth:
         with self._lock:
             return self._dead_lettered
 
-    @property
-    def refusals(self) -> int:
-        """Store writes refused since this server started (each logged)."""
-        with self._lock:
-            return self._refusals
-
     def refused(self, what: str, detail: str) -> None:
         """The store rejected ``what``; ``detail`` goes to the log only."""
         with self._lock:
-            self._refusals += 1
             first = self._degraded is None
             if first:
                 self._degraded = Degraded(self._clock.now(), what)

@@ -450,13 +450,21 @@ class ReplayingStore:
         return (S.PENDING_REPLAY, "", {})
 
 
-def test_wait_on_pending_replay_wakes_when_the_replay_settles() -> None:
+def waiting_on_a_replay() -> tuple[
+    ReplayingStore, ReceiptBook, str, list[ReceiptView], threading.Thread
+]:
+    """A wait (in a thread, started) on an earlier server's receipt the store has pending."""
     store = ReplayingStore()
     old = rid(ReceiptBook(nonce=1).issue("a", "s", "t"))
     book = ReceiptBook(nonce=2, foreign_lookup=store.hook)
     got: list[ReceiptView] = []
     waiter = threading.Thread(target=lambda: got.append(book.wait(old, "a", "s", WAIT_MS_MAX)))
     waiter.start()
+    return store, book, old, got, waiter
+
+
+def test_wait_on_pending_replay_wakes_when_the_replay_settles() -> None:
+    store, book, old, got, waiter = waiting_on_a_replay()
     eventually(lambda: store.asked >= 1 and book.stats().waits == 1)
     book.replay_settled()  # another intent settled: still pending, the wait goes on
     eventually(lambda: store.asked >= 2)
@@ -819,12 +827,7 @@ def test_write_queue_keys() -> None:
 
 
 def test_a_closing_server_answers_a_wait_on_pending_replay_at_once() -> None:
-    store = ReplayingStore()
-    old = rid(ReceiptBook(nonce=1).issue("a", "s", "t"))
-    book = ReceiptBook(nonce=2, foreign_lookup=store.hook)
-    got: list[ReceiptView] = []
-    waiter = threading.Thread(target=lambda: got.append(book.wait(old, "a", "s", WAIT_MS_MAX)))
-    waiter.start()
+    _, book, _, got, waiter = waiting_on_a_replay()
     eventually(lambda: book.stats().waits == 1)
     book.close()  # the stop: no replay of this server will settle it now
     waiter.join(DEADLINE_S)

@@ -43,6 +43,17 @@ class GatedEmbedder:
         return self.inner.embed(texts)
 
 
+def loading_model(minilm: OnnxEmbedder) -> tuple[EmbedderPlan, threading.Event]:
+    """A plan whose model is still loading until the test sets the event."""
+    loaded = threading.Event()
+
+    def load() -> Any:
+        assert loaded.wait(DEADLINE_S)
+        return minilm
+
+    return EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract), loaded
+
+
 def derive(p: WritePipeline, content: str, agent: str = "agent-a") -> str:
     ack = p.submit(
         "lambo_derive",
@@ -110,13 +121,7 @@ def test_stop_finishes_the_write_in_hand_and_hands_the_rest_on(
 def test_a_write_waiting_for_the_model_is_handed_on_not_failed(
     tmp_path: Path, minilm: OnnxEmbedder
 ) -> None:
-    loaded = threading.Event()
-
-    def load() -> Any:
-        assert loaded.wait(DEADLINE_S)
-        return minilm
-
-    plan = EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract)
+    plan, loaded = loading_model(minilm)
     p = WritePipeline(Session.open(SqliteStore(tmp_path / "m.db"), "s", plan)).start()
     receipts = [derive(p, f"fact {i}") for i in range(3)]
     report = p.close(timeout=0.5)  # the model does not load within the stop's budget
@@ -130,13 +135,7 @@ def test_a_write_waiting_for_the_model_is_handed_on_not_failed(
 def test_a_model_that_loads_during_the_stop_lets_the_write_in_hand_apply(
     tmp_path: Path, minilm: OnnxEmbedder
 ) -> None:
-    loaded = threading.Event()
-
-    def load() -> Any:
-        assert loaded.wait(DEADLINE_S)
-        return minilm
-
-    plan = EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract)
+    plan, loaded = loading_model(minilm)
     p = WritePipeline(Session.open(SqliteStore(tmp_path / "m.db"), "s", plan)).start()
     receipts = [derive(p, f"fact {i}") for i in range(3)]
     thread, reports = close_in_thread(p, timeout=DEADLINE_S)
@@ -303,13 +302,7 @@ def test_a_stop_signal_before_the_serve_runs_exits_0(signame: str) -> None:
 def test_a_stop_hands_on_the_write_it_gave_back_and_runs_no_background_job(
     tmp_path: Path, minilm: OnnxEmbedder
 ) -> None:
-    loaded = threading.Event()
-
-    def load() -> Any:
-        assert loaded.wait(DEADLINE_S)
-        return minilm
-
-    plan = EmbedderPlan(lazy=LazyEmbedder(load).start(), contract=minilm.contract)
+    plan, loaded = loading_model(minilm)
     p = WritePipeline(Session.open(SqliteStore(tmp_path / "j.db"), "s", plan))
     ran_while_stopping: list[bool] = []
 
