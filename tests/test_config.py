@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lambo_core.config import KEYS, SECTIONS, load_config, render_default_file, render_show
+from lambo_core.config import load_config, render_default_file, render_show
+from lambo_core.config_schema import KEYS, SECTIONS
 from lambo_core.errors import ConfigError
 from lambo_core.paths import resolve_paths, socket_dir
 

@@ -1,0 +1,463 @@
+"""The schema of lambo.toml: every key with its type, default, variable and rule, and the
+check of one raw value against its key. ``config.py`` resolves them into a ``Config``;
+``lambo config init`` writes them out (spec: "Configuration").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+Value = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class Key:
+    """One setting: its section, name, type, default, variable and rule."""
+
+    section: str
+    name: str
+    default: Value
+    doc: str
+    env: str | None = None
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+
+# The whole schema. Later capabilities add their keys here, in their section.
+KEYS: tuple[Key, ...] = (
+    # [store]
+    Key(
+        "store",
+        "kind",
+        "sqlite",
+        "where memory lives: sqlite (a file) or memory (RAM, gone at exit)",
+        env="LAMBO_STORE",
+        choices=("sqlite", "memory"),
+    ),
+    Key(
+        "store",
+        "path",
+        "",
+        "the SQLite file; empty means <data dir>/lambo.db",
+        env="LAMBO_SQLITE_PATH",
+    ),
+    # [embedder]
+    Key(
+        "embedder",
+        "kind",
+        "onnx",
+        "onnx: a local ONNX model through onnxruntime; none: no embedder",
+        env="LAMBO_EMBEDDER",
+        choices=("onnx", "none"),
+    ),
+    Key(
+        "embedder",
+        "model",
+        "bge-m3",
+        "a catalog name (bge-m3, minilm), a name given to `lambo model import`, or a directory",
+        env="LAMBO_EMBEDDER_MODEL",
+    ),
+    Key(
+        "embedder",
+        "dim",
+        0,
+        "expected vector width; 0 takes the model's own",
+        env="LAMBO_EMBED_DIM",
+        minimum=0,
+        maximum=65536,
+    ),
+    Key(
+        "embedder",
+        "threads",
+        0,
+        "onnxruntime intra-op threads; 0 uses every core",
+        minimum=0,
+        maximum=1024,
+    ),
+    Key("embedder", "batch_size", 32, "texts per embedding batch", minimum=1, maximum=4096),
+    Key(
+        "embedder",
+        "max_length",
+        0,
+        "token cap per text; 0 takes the model's own",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Key(
+        "embedder",
+        "match_strategy",
+        "hybrid",
+        "hybrid: every concept is embedded (the default); canonical: keyword-only, no embedder",
+        choices=("hybrid", "canonical"),
+    ),
+    Key(
+        "embedder",
+        "merge_threshold",
+        0.0,
+        "cosine at which a new concept merges into an existing one; 0 takes the model's "
+        "calibrated value",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    Key(
+        "embedder",
+        "suspected_supersession_line",
+        "auto",
+        "show the possibly-superseded line: auto (only where measured), on, off",
+        choices=("auto", "on", "off"),
+    ),
+    Key(
+        "embedder",
+        "hub_url",
+        "https://huggingface.co",
+        "base URL `lambo model pull` downloads from",
+        env="LAMBO_HUB_URL",
+    ),
+    # [recall]
+    Key("recall", "top_k", 5, "hits returned when a call does not say", minimum=1, maximum=100),
+    Key(
+        "recall",
+        "max_tokens",
+        500,
+        "context budget when a call does not say",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Key(
+        "recall",
+        "traversal_depth",
+        2,
+        "graph expansion depth when a call does not say",
+        minimum=0,
+        maximum=5,
+    ),
+    Key(
+        "recall",
+        "pillar_threshold",
+        5,
+        "blast radius at which a hit carries the load-bearing pillar line",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Key(
+        "recall",
+        "model_wait_ms",
+        3000,
+        "how long a recall made while the embedding model is still loading waits for it "
+        "before answering without the vector leg (and saying so)",
+        minimum=0,
+        maximum=60_000,
+    ),
+    # [fusion]
+    Key(
+        "fusion",
+        "method",
+        "sum",
+        "how leg scores combine: sum (the legs' rescaled scores added; measured best), "
+        "max (the highest leg score) or rrf (reciprocal rank fusion)",
+        choices=("max", "rrf", "sum"),
+    ),
+    Key("fusion", "rrf_k", 60, "the k of reciprocal rank fusion", minimum=1, maximum=10_000),
+    # [selection]
+    Key("selection", "skip_redundant", False, "skip a hit that repeats one already taken"),
+    Key(
+        "selection",
+        "similar_signals",
+        False,
+        "with skip_redundant, also treat semantic matches as repeats",
+    ),
+    # [canonization]
+    Key(
+        "canonization",
+        "promotion_policy",
+        "swarm",
+        "swarm (the default) or solo",
+        env="LAMBO_PROMOTION_POLICY",
+        choices=("swarm", "solo"),
+    ),
+    Key(
+        "canonization",
+        "cycle_interval_s",
+        60.0,
+        "seconds between daemon cycles",
+        minimum=0.001,
+        maximum=86_400,
+    ),
+    Key(
+        "canonization",
+        "edge_min_age_s",
+        60.0,
+        "canonization_edge_min_age: evidence counts once this old",
+        minimum=0.0,
+        maximum=86_400 * 365,
+    ),
+    Key(
+        "canonization",
+        "supersede",
+        False,
+        "canonization_supersede: newer contradicting support can demote a Canonical concept",
+    ),
+    Key(
+        "canonization",
+        "canonical_budget",
+        1000,
+        "most Canonical concepts a session keeps",
+        minimum=1,
+        maximum=10_000_000,
+    ),
+    # Gate numbers the spec leaves open start from 0.2.2's (see lambo_core/canon.py).
+    Key(
+        "canonization",
+        "candidate_min_interactions",
+        1,
+        "stage 1 (-> Candidate): dependents from at least this many other interactions",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Key(
+        "canonization",
+        "venerable_min_interactions",
+        3,
+        "stage 2 (-> Venerable): dependents from at least this many other interactions",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Key(
+        "canonization",
+        "min_agents",
+        2,
+        "stage 2 under swarm: dependents from at least this many agents besides the writer",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Key(
+        "canonization",
+        "canonical_min_blast_radius",
+        5,
+        "stage 3 (-> Canonical): blast radius (edges past the age floor) must exceed this",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Key(
+        "canonization",
+        "demotion_cooldown_s",
+        300.0,
+        "stage 3 waits this long after the concept's last demotion",
+        minimum=0.0,
+        maximum=86_400 * 365,
+    ),
+    Key(
+        "canonization",
+        "batch",
+        50,
+        "most concepts a cycle promotes per stage (stage 2: looks at, round-robin)",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Key(
+        "canonization",
+        "solo_min_concepts",
+        20,
+        "stage 1 under solo: the session holds at least this many non-canonical concepts",
+        minimum=0,
+        maximum=10_000_000,
+    ),
+    Key(
+        "canonization",
+        "solo_min_gc_survived",
+        3,
+        "stage 1 under solo: garbage-collection sweeps the concept has survived",
+        minimum=0,
+        maximum=1_000_000,
+    ),
+    Key(
+        "canonization",
+        "solo_percentile",
+        90.0,
+        "stages 1 and 2 under solo: score above this percentile of the session's scores",
+        minimum=0.0,
+        maximum=100.0,
+    ),
+    Key(
+        "canonization",
+        "supersede_min_interactions",
+        3,
+        "supersede: the contradicting concept's newer support from this many other interactions",
+        minimum=1,
+        maximum=1_000_000,
+    ),
+    Key(
+        "canonization",
+        "contradiction_budget",
+        10_000,
+        "most contradicted concepts the daemon lists for recall's warnings (#196)",
+        minimum=0,
+        maximum=10_000_000,
+    ),
+    # [gc]
+    Key(
+        "gc",
+        "mutations_per_sweep",
+        10_000,
+        "garbage collection sweeps once this many mutations (concepts and edges written) "
+        "have accumulated since the last sweep",
+        minimum=1,
+        maximum=1_000_000_000,
+    ),
+    Key(
+        "gc",
+        "elapsed_s",
+        3600.0,
+        "garbage collection also sweeps once this many seconds have passed since the last sweep",
+        minimum=0.001,
+        maximum=86_400 * 365,
+    ),
+    Key(
+        "gc",
+        "per_sweep_cap",
+        2_000,
+        "most concepts one sweep collects; the rest wait for the next sweep",
+        minimum=1,
+        maximum=10_000_000,
+    ),
+    Key(
+        "gc",
+        "score_floor",
+        0.12,
+        "a concept whose base score is below this divided by its type's resistance is collected",
+        minimum=0.0,
+        maximum=10.0,
+    ),
+    Key(
+        "gc",
+        "min_age_s",
+        3600.0,
+        "a concept younger than this (from when it was written) is never collected",
+        minimum=0.0,
+        maximum=86_400 * 365,
+    ),
+    Key(
+        "gc",
+        "survivor_bumps_per_sweep",
+        100_000,
+        "most gc_survived increments one sweep writes; the rest are owed to the next drain",
+        minimum=1,
+        maximum=100_000_000,
+    ),
+    # [serve]
+    Key("serve", "transport", "stdio", "stdio or http", choices=("stdio", "http")),
+    Key("serve", "bind", "127.0.0.1", "HTTP bind address"),
+    Key("serve", "port", 7700, "HTTP port", minimum=1, maximum=65535),
+    Key("serve", "agent", "lambo", "the id this process holds the session lease under"),
+    Key("serve", "auth_token", "", "bearer token for HTTP off loopback", env="LAMBO_AUTH_TOKEN"),
+    Key(
+        "serve",
+        "lease_ttl_s",
+        45.0,
+        "session lease time to live (the holder heartbeats every third of it)",
+        minimum=1.0,
+        maximum=3600.0,
+    ),
+    Key(
+        "serve",
+        "forward_timeout_s",
+        30.0,
+        "how long a call forwarded to the session's hub waits for its answer, beyond the "
+        "call's own wait_ms; a hub silent that long counts as gone",
+        minimum=0.1,
+        maximum=3600.0,
+    ),
+    Key(
+        "serve",
+        "shutdown_budget_s",
+        15.0,
+        "how long a clean stop may take in all (finish the write being applied, flush, hand "
+        "the rest on as durable intents); kept below the lease TTL",
+        minimum=1.0,
+        maximum=3600.0,
+    ),
+)
+
+KEYS_BY_DOTTED: dict[str, Key] = {k.dotted: k for k in KEYS}
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in KEYS))
+
+
+def coerce(key: Key, raw: object, origin: str) -> Value:
+    """Check one value against its key's type and rule; ``origin`` names where it came from."""
+    value = _PARSERS.get(key.kind, _as_string)(key, raw, origin)
+    if key.choices is not None and value not in key.choices:
+        raise ConfigError(f"{key.dotted} ({origin}) must be one of {', '.join(key.choices)}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if key.minimum is not None and value < key.minimum:
+            raise ConfigError(f"{key.dotted} ({origin}) must be at least {key.minimum:g}")
+        if key.maximum is not None and value > key.maximum:
+            raise ConfigError(f"{key.dotted} ({origin}) must be at most {key.maximum:g}")
+    return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _as_bool(key: Key, raw: object, origin: str) -> Value:
+    if isinstance(raw, bool):
+        return raw
+    word = raw.strip().lower() if isinstance(raw, str) else None
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise ConfigError(f"{key.dotted} ({origin}) must be true or false")
+
+
+def _as_int(key: Key, raw: object, origin: str) -> Value:
+    refusal = ConfigError(f"{key.dotted} ({origin}) must be an integer")
+    if isinstance(raw, bool):  # a bool is an int to Python, never to lambo.toml
+        raise refusal
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise refusal from None
+    raise refusal
+
+
+def _as_float(key: Key, raw: object, origin: str) -> Value:
+    refusal = ConfigError(f"{key.dotted} ({origin}) must be a number")
+    if isinstance(raw, bool):
+        raise refusal
+    if isinstance(raw, int | float):
+        return float(raw)
+    if isinstance(raw, str):
+        try:
+            return float(raw.strip())
+        except ValueError:
+            raise refusal from None
+    raise refusal
+
+
+def _as_string(key: Key, raw: object, origin: str) -> Value:
+    if not isinstance(raw, str):
+        raise ConfigError(f"{key.dotted} ({origin}) must be a string")
+    return raw
+
+
+_PARSERS: dict[type, Callable[[Key, object, str], Value]] = {
+    bool: _as_bool,
+    int: _as_int,
+    float: _as_float,
+}
