@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lambo_core.mcp.stdio import (
+from lambo_core.framing import (
     EDGE,
     MAX_ID_CHARS,
     Line,

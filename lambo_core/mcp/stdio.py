@@ -1,32 +1,11 @@
-"""MCP over stdio with a bound on the size of one request line.
+"""MCP over stdio with a bound on one request line, and an answer for every request.
 
-The SDK's ``mcp.server.stdio.stdio_server()`` reads lines of any length and
-gives no answer to a line it cannot parse. This transport yields the same pair
-of streams (``SessionMessage | Exception`` in, ``SessionMessage`` out), so
-``await server.run(read_stream, write_stream, server.create_initialization_options())``
-works unchanged, but:
-
-- a line over ``max_line`` bytes (the newline not counted) is never held in
-  memory past the limit: its first and last 512 bytes are kept, the rest is
-  discarded up to its newline, a WARN log gives its size (never its content),
-  and it is answered with JSON-RPC -32600 ``request too large (over 4 MiB)``
-  carrying the request's id when it can be read from either end of the line;
-- every request is answered (``judge_line``): a line that claims to be JSON-RPC
-  but is not JSON gets -32700; a batch, an id that is not a string or an
-  integer (1.5, true, null, NaN, ...) get -32600 with id null; JSON nested too
-  deeply to read gets -32600 with the id read from the line's ends; a request
-  whose only flaw is a lone surrogate escaped in a string (valid JSON that
-  pydantic refuses) is dispatched, so the tool refuses the field by name;
-  anything else that is not a request, such as a peer's stray log line, a
-  response or a blank line, is not answered, so two peers cannot answer each
-  other's noise forever;
-- warnings about bad lines are rate-limited (``RateLimitedWarnings``): a
-  client sending any number of them cannot flood stderr;
-- a line cut off by the end of input is neither dispatched nor answered.
-
-Like the SDK, while serving, fd 0 points at the null device and fd 1 at stderr,
-so a stray ``print`` or a child process cannot corrupt the wire; the protocol
-runs on private duplicates of the two descriptors, and both are restored on exit.
+A drop-in for the SDK's ``stdio_server()`` (the same pair of streams), except
+that lines are split by ``framing.LineSplitter`` (an oversized line is
+discarded and answered -32600), every line claiming JSON-RPC that cannot be
+served is answered (``judge_line``), noise is never answered, and warnings
+about bad lines are rate-limited. While serving, fds 0 and 1 point away from
+the wire, so a stray ``print`` cannot corrupt it. Spec: "Transports", "Limits".
 """
 
 from __future__ import annotations
@@ -37,7 +16,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -50,6 +28,15 @@ import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from ..framing import (
+    EDGE,
+    Line,
+    LineSplitter,
+    OversizedLine,
+    RequestId,
+    echoable_id,
+    extract_request_id,
+)
 from ..log_limits import RateLimitedWarnings
 from .refusals import (
     BATCH_TEXT,
@@ -68,13 +55,6 @@ MAX_LINE = 4 * MIB
 CHUNK = 64 * 1024
 READ_AHEAD_CHUNKS = 4  # chunks read from stdin before the transport has taken them
 """How much is read from the input at a time."""
-EDGE = 512
-"""How many bytes of each end of an oversized line are kept to find its id."""
-MAX_ID_CHARS = 128
-"""The longest string id echoed back in an error for a line that was not parsed."""
-
-RequestId = int | str
-
 ReadStream = MemoryObjectReceiveStream[SessionMessage | Exception]
 WriteStream = MemoryObjectSendStream[SessionMessage]
 
@@ -89,175 +69,6 @@ class LineRejected(ValueError):
         super().__init__(f"{reason} ({size} bytes)")
         self.reason = reason
         self.size = size
-
-
-# --- splitting the input into lines ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Line:
-    """A complete line of at most ``max_line`` bytes, without its newline."""
-
-    data: bytearray
-
-
-@dataclass(frozen=True)
-class OversizedLine:
-    """A complete line over ``max_line`` bytes: its size and its two ends only."""
-
-    size: int
-    head: bytes
-    tail: bytes
-
-
-class LineSplitter:
-    """Splits a byte stream on ``\\n`` holding at most ``max_line`` bytes of one line.
-
-    A line that grows past the limit switches to discarding: only its first and
-    last ``EDGE`` bytes and its size are kept until its newline arrives.
-    """
-
-    def __init__(self, max_line: int = MAX_LINE) -> None:
-        if max_line < 1:
-            raise ValueError("max_line must be at least 1")
-        self.max_line = max_line
-        self._buf = bytearray()
-        self._discarding = False
-        self._size = 0
-        self._head = b""
-        self._tail = b""
-
-    @property
-    def pending(self) -> int:
-        """The size in bytes of the unfinished line read so far."""
-        return self._size if self._discarding else len(self._buf)
-
-    def feed(self, chunk: bytes) -> list[Line | OversizedLine]:
-        """Take the next chunk of input; return the lines it completes, in order."""
-        out: list[Line | OversizedLine] = []
-        view = memoryview(chunk)
-        start = 0
-        while start < len(chunk):
-            newline = chunk.find(b"\n", start)
-            end = len(chunk) if newline < 0 else newline
-            self._take(view[start:end])
-            if newline < 0:
-                break
-            out.append(self._finish())
-            start = newline + 1
-        return out
-
-    def _take(self, piece: memoryview) -> None:
-        if not piece:
-            return
-        if not self._discarding:
-            if len(self._buf) + len(piece) <= self.max_line:
-                self._buf += piece
-                return
-            # Past the limit: keep the two ends and the size, drop the rest.
-            self._discarding = True
-            self._size = len(self._buf)
-            self._head = bytes(self._buf[:EDGE])
-            self._tail = bytes(self._buf[-EDGE:])
-            self._buf = bytearray()
-        if len(self._head) < EDGE:
-            self._head += bytes(piece[: EDGE - len(self._head)])
-        self._tail = (self._tail + bytes(piece[-EDGE:]))[-EDGE:]
-        self._size += len(piece)
-
-    def _finish(self) -> Line | OversizedLine:
-        done: Line | OversizedLine
-        if self._discarding:
-            done = OversizedLine(self._size, self._head, self._tail)
-            self._discarding = False
-            self._size = 0
-            self._head = self._tail = b""
-        else:
-            done = Line(self._buf)
-            self._buf = bytearray()
-        return done
-
-
-# --- reading an id from the ends of a line that is not parsed -------------------------------
-
-# A JSON integer or string, then what may follow a member's value.
-_VALUE = rb'(-?(?:0|[1-9][0-9]{0,18})|"(?:[^"\\\x00-\x1f]|\\.){0,%d}")' % MAX_ID_CHARS
-_ID_MEMBER = re.compile(rb'"id"\s*:\s*' + _VALUE + rb"\s*(?=[,}])")
-# In the tail: "id" as a member of the outermost object, that is followed only by
-# short scalar members up to the line's last closing brace.
-_SCALAR = rb'(?:"(?:[^"\\]|\\.){0,256}"|-?[0-9][0-9.eE+-]{0,40}|true|false|null)'
-_ID_AT_END = re.compile(
-    rb'"id"\s*:\s*' + _VALUE + rb'\s*(?:,\s*"[^"\\]{1,64}"\s*:\s*' + _SCALAR + rb"\s*)*\}\s*\Z"
-)
-
-
-def _valid_id(value: object) -> RequestId | None:
-    if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
-        return value
-    return None
-
-
-def _id_value(literal: bytes) -> RequestId | None:
-    try:
-        return _valid_id(json.loads(literal))
-    except ValueError:
-        return None
-
-
-def _id_in_head(head: bytes) -> RequestId | None:
-    """The value of the outermost object's ``"id"`` member, if it is inside ``head``."""
-    depth = 0
-    in_string = False
-    escaped = False
-    for i, byte in enumerate(head):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-            continue
-        if byte == 0x22:
-            if depth == 1:
-                match = _ID_MEMBER.match(head, i)
-                if match is not None:
-                    return _id_value(match.group(1))
-            in_string = True
-        elif byte in b"{[":
-            depth += 1
-        elif byte in b"}]":
-            depth -= 1
-            if depth <= 0:
-                return None
-    return None
-
-
-def _id_in_tail(tail: bytes) -> RequestId | None:
-    """The outermost object's ``"id"`` when it ends the line (only short scalars after it)."""
-    # The tail may start mid-string, so try every "id" it holds, from the last.
-    for start in reversed([m.start() for m in re.finditer(rb'"id"', tail)]):
-        match = _ID_AT_END.match(tail, start)
-        if match is not None:
-            return _id_value(match.group(1))
-    return None
-
-
-def extract_request_id(head: bytes, tail: bytes = b"") -> RequestId | None:
-    """Read a request's id from the two ends of a line that will not be parsed.
-
-    Looks for the outermost object's ``"id"`` member in ``head`` (the start of
-    the line), else at the end of ``tail`` (the end of the line), so it is found
-    whether ``id`` comes before or after ``params``. Only a JSON integer (within
-    64 bits) or a string of at most ``MAX_ID_CHARS`` characters is returned;
-    anything else, or nothing found, gives None.
-    """
-    found = _id_in_head(head)
-    if found is None and tail:
-        found = _id_in_tail(tail)
-    return found
 
 
 # --- the transport --------------------------------------------------------------------------
@@ -381,7 +192,7 @@ def judge_line(line: bytes | bytearray) -> Verdict:
     try:
         message = types.jsonrpc_message_adapter.validate_python(obj, by_name=False)
     except ValueError:
-        rid = _valid_id(obj.get("id"))
+        rid = echoable_id(obj.get("id"))
         return _answered(rid, types.INVALID_REQUEST, INVALID_REQUEST_TEXT, "is invalid")
     return Verdict(message)
 
