@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from lambo_core.errors import StoreError
-from lambo_core.store.sqlite import WRITE_REFUSED
+from lambo_core.store.rows import WRITE_REFUSED
 
 
 class FlakyStore:

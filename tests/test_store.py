@@ -860,7 +860,7 @@ def test_sqlite_reopen_persists_everything(db_path: Path) -> None:
 
 def test_sqlite_pragmas(db_path: Path) -> None:
     store = SqliteStore(db_path)
-    for conn in (store._wconn, store._rconn):
+    for conn in (store._db.write_conn, store._db.read_conn):
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000

@@ -36,7 +36,7 @@ from ..model import (
 )
 from . import migrations
 from .base import EDGE_WEIGHT_CAP, Fence, IntentNotPending, fence_problem, fenced_out
-from .sqlite import (
+from .rows import (
     WRITE_REFUSED,
     batch_time,
     blob_to_vector,
