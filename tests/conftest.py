@@ -1,8 +1,10 @@
-"""Shared fixtures. Every test runs with LAMBO_HOME under its own tmp dir."""
+"""Shared fixtures. Every test runs with LAMBO_HOME under its own tmp dir and no LAMBO_* of the
+shell it was started from."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -11,25 +13,24 @@ from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.embed.pull import import_model
 from tests.embed_fixtures import minilm_source_dir
 
+# What lambo reads from the environment besides LAMBO_* (tests/test_environment.py fails on any
+# other the source reads): a developer's values must not leak into a test.
+FOREIGN_VARIABLES = ("XDG_RUNTIME_DIR", "CODEX_HOME")
+
+
+def inherited_variables(environ: Mapping[str, str]) -> list[str]:
+    """What the fixture clears: every LAMBO_* set in ``environ``, and the foreign variables."""
+    return sorted({name for name in environ if name.startswith("LAMBO_")} | set(FOREIGN_VARIABLES))
+
 
 @pytest.fixture(autouse=True)
 def lambo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for var in inherited_variables(os.environ):
+        monkeypatch.delenv(var, raising=False)
     home = tmp_path / "lambo-home"
     monkeypatch.setenv("LAMBO_HOME", str(home))
     # config discovery reads ./lambo.toml: never pick up one from the checkout
     monkeypatch.chdir(tmp_path)
-    for var in (
-        "LAMBO_CONFIG",
-        "LAMBO_STORE",
-        "LAMBO_SQLITE_PATH",
-        "LAMBO_EMBEDDER",
-        "LAMBO_EMBED_DIM",
-        "LAMBO_EMBEDDER_MODEL",
-        "LAMBO_PROMOTION_POLICY",
-        "LAMBO_AUTH_TOKEN",
-        "XDG_RUNTIME_DIR",
-    ):
-        monkeypatch.delenv(var, raising=False)
     yield home
 
 
