@@ -69,18 +69,19 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import stat
 import tempfile
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from .clock import Clock, SystemClock
 from .errors import ConfigError, ConflictError, LamboError, internal_fault
+from .framing import EDGE, Line, LineSplitter, OversizedLine, extract_request_id
 from .log_limits import RateLimitedWarnings
 from .mcp.refusals import (
     BATCH_TEXT,
@@ -158,9 +159,6 @@ ToolNames = Callable[[], Collection[str]]
 Role = Literal["starting", "hub", "forwarder", "electing", "closed"]
 
 _CHUNK = 64 * 1024
-_ID_TEXT = rb'(-?\d+|"(?:[^"\\]|\\.)*"|null)'
-_ID_AT_START = re.compile(rb'\A\s*\{\s*"id"\s*:\s*' + _ID_TEXT)
-_ID_AT_END = re.compile(rb'"id"\s*:\s*' + _ID_TEXT + rb"\s*\}\s*\Z")
 
 
 class SocketPathTooLong(ConfigError):
@@ -680,88 +678,30 @@ class LeaseKeeper:
 # --------------------------------------------------------------------------- lines
 
 
-@dataclass(frozen=True)
-class _Oversized:
-    """A line over the limit, discarded: its size and a little of each end (for its id)."""
-
-    size: int
-    head: bytes
-    tail: bytes
-
-    def request_id(self) -> int | str | None:
-        for pattern, text in ((_ID_AT_START, self.head), (_ID_AT_END, self.tail)):
-            match = pattern.search(text)
-            if match is not None:
-                try:
-                    value = json.loads(match.group(1))
-                except ValueError:
-                    continue
-                if isinstance(value, int | str) and not isinstance(value, bool):
-                    return value
-        return None
-
-
 def _valid_id(value: object) -> bool:
     return value is None or (isinstance(value, int | str) and not isinstance(value, bool))
 
 
-class _Lines:
-    """Newline-delimited lines of at most ``limit`` bytes from a stream.
+class StreamLines:
+    """The lines of a stream, split by the shared framer (``framing.LineSplitter``).
 
-    ``next()`` returns a line (without its newline) or an ``_Oversized`` for a
-    line that was discarded unread; it raises ``EOFError`` at the end of input
-    (a line cut off by the end is dropped).
+    ``next()`` returns a ``Line`` or an ``OversizedLine`` (discarded unread
+    past ``max_line``); it raises ``EOFError`` at the end of input (a line cut
+    off by the end is dropped). A chunk is read only when no line is waiting.
     """
 
-    _KEEP = 256
-
-    def __init__(self, reader: asyncio.StreamReader, limit: int) -> None:
+    def __init__(self, reader: asyncio.StreamReader, max_line: int) -> None:
         self._reader = reader
-        self._limit = limit
-        self._buf = bytearray()
-        self._scanned = 0
+        self._splitter = LineSplitter(max_line)
+        self._ready: deque[Line | OversizedLine] = deque()
 
-    async def next(self) -> bytes | _Oversized:
-        while True:
-            at = self._buf.find(b"\n", self._scanned)
-            if at > self._limit:  # the whole of an oversized line arrived at once
-                over = _Oversized(
-                    at, bytes(self._buf[: self._KEEP]), bytes(self._buf[:at][-self._KEEP :])
-                )
-                del self._buf[: at + 1]
-                self._scanned = 0
-                return over
-            if at >= 0:
-                line = bytes(self._buf[:at])
-                del self._buf[: at + 1]
-                self._scanned = 0
-                return line
-            self._scanned = len(self._buf)
-            if len(self._buf) > self._limit:
-                return await self._discard()
+    async def next(self) -> Line | OversizedLine:
+        while not self._ready:
             chunk = await self._reader.read(_CHUNK)
             if not chunk:
                 raise EOFError
-            self._buf += chunk
-
-    async def _discard(self) -> _Oversized:
-        size = len(self._buf)
-        head = bytes(self._buf[: self._KEEP])
-        tail = bytes(self._buf[-self._KEEP :])
-        self._buf.clear()
-        self._scanned = 0
-        while True:
-            chunk = await self._reader.read(_CHUNK)
-            if not chunk:
-                raise EOFError
-            at = chunk.find(b"\n")
-            if at >= 0:
-                size += at
-                tail = (tail + chunk[:at])[-self._KEEP :]
-                self._buf += chunk[at + 1 :]
-                return _Oversized(size, head, tail)
-            size += len(chunk)
-            tail = (tail + chunk)[-self._KEEP :]
+            self._ready.extend(self._splitter.feed(chunk))
+        return self._ready.popleft()
 
 
 def _refusal(rid: object, code: int, text: str) -> dict[str, Any]:
@@ -879,22 +819,23 @@ class HubServer:
                 with contextlib.suppress(OSError):
                     await writer.drain()
 
-        lines = _Lines(reader, MAX_LINE)
+        lines = StreamLines(reader, MAX_LINE)
         try:
             while True:
                 try:
                     item = await lines.next()
                 except (EOFError, OSError):
                     break
-                if isinstance(item, _Oversized):
+                if isinstance(item, OversizedLine):
                     log.warning(
                         "hub: discarded a forwarded request of %d bytes (over %d)",
                         item.size,
                         MAX_LINE,
                     )
-                    await send(_refusal(item.request_id(), INVALID_REQUEST, TOO_LARGE))
+                    rid = extract_request_id(item.head, item.tail)
+                    await send(_refusal(rid, INVALID_REQUEST, TOO_LARGE))
                     continue
-                task = asyncio.create_task(self._answer(item, send))
+                task = asyncio.create_task(self._answer(bytes(item.data), send))
                 self._answers.add(task)
                 task.add_done_callback(self._answers.discard)
         finally:
@@ -906,8 +847,8 @@ class HubServer:
             message = json.loads(line)
         except RecursionError:
             _bad_lines.warning("hub: a forwarded request nested too deeply (%d bytes)", len(line))
-            ends = _Oversized(len(line), line[: _Lines._KEEP], line[-_Lines._KEEP :])
-            await send(_refusal(ends.request_id(), INVALID_REQUEST, TOO_DEEP_TEXT))
+            rid = extract_request_id(line[:EDGE], line[-EDGE:])
+            await send(_refusal(rid, INVALID_REQUEST, TOO_DEEP_TEXT))
             return
         except ValueError as exc:
             _bad_lines.warning(
@@ -1031,20 +972,20 @@ class Forwarder:
             raise HubGone("no hub answered: " + ("; ".join(reasons) or "no socket published"))
 
     async def _read(self, conn: _Conn) -> None:
-        lines = _Lines(conn.reader, MAX_ANSWER_LINE)
+        lines = StreamLines(conn.reader, MAX_ANSWER_LINE)
         reason = "the hub closed the connection"
         try:
             while True:
                 item = await lines.next()
-                if isinstance(item, _Oversized):
-                    rid = item.request_id()
+                if isinstance(item, OversizedLine):
+                    rid = extract_request_id(item.head, item.tail)
                     log.error("hub: an answer of %d bytes was too large to read", item.size)
                     message: dict[str, Any] = {"id": rid, "error": "the answer was too large"}
                 else:
                     try:
-                        message = json.loads(item)
+                        message = json.loads(item.data)
                     except (ValueError, RecursionError):
-                        log.error("hub: an answer that is not JSON (%d bytes)", len(item))
+                        log.error("hub: an answer that is not JSON (%d bytes)", len(item.data))
                         continue
                     if not isinstance(message, dict):
                         continue
