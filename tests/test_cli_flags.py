@@ -15,7 +15,8 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from lambo_core.cli import cli, derive_flags
+from lambo_core.cli import cli
+from lambo_core.cli.tools import derive_flags
 from lambo_core.cli_flags import FieldFlags, text_or_stdin
 from lambo_core.cli_output import (
     ShellCall,

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from lambo_core.cli.model import model_group
 from lambo_core.config import load_config
 from lambo_core.embed import catalog as catalog_module
 from lambo_core.embed.catalog import BGE_M3, CatalogFile, CatalogModel
-from lambo_core.embed.commands import model_group
 from lambo_core.embed.onnx import MANIFEST_NAME, ModelManifest, OnnxEmbedder, _forget_loaded
 from lambo_core.embed.pull import (
     ModelFetchError,
@@ -450,7 +450,7 @@ def test_the_group_reads_the_root_config_flag(tmp_path: Path, lambo_home: Path) 
     """Mounted under a root group like `lambo`'s, the group honours its --config."""
     import click
 
-    from lambo_core.cli import Context
+    from lambo_core.cli.common import Context
 
     @click.group()
     @click.option("--config", "config_path")
