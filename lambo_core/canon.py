@@ -111,7 +111,7 @@ from .errors import LamboError
 from .index.graph import SessionGraph
 from .model import CanonizationEvent, Concept, Edge, EdgeType, Status, short_id
 from .owned import PerOwner
-from .scoring import ACCESS_COUNTS, BaseParts, base_parts, bulk_scores
+from .scoring import BaseParts, base_parts, bulk_scores
 from .text import format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -332,7 +332,7 @@ class ScoreTable:
             now,
             max_degree=self.max_degree,
             interactions=self.interactions,
-            pending_access=ACCESS_COUNTS.pending(session, concept.id),
+            pending_access=session.access_counts.pending(concept.id),
         )
 
 
@@ -460,8 +460,8 @@ def demotion_log(session: Session, rules: CanonRules | None = None) -> DemotionL
         return found
     events = session.store.canon_events(session.name)
     with session.index.lock:
-        # the configured rules wherever the first call comes from (recall passes none)
-        rules = rules or session.canon_rules or CanonRules()
+        # whoever asks first passes the configured rules (recall gets them from the service)
+        rules = rules or CanonRules()
         built = DemotionLog.rebuild(events, session.index.graph, rules)
     return _LOGS.setdefault(session, built)
 
@@ -487,7 +487,9 @@ class SupersededLine:
         return f'⤓ Superseded at {when} by "{quoted}" (id {short_id(self.by)})'
 
 
-def superseded_history(session: Session, node_id: str) -> SupersededLine | None:
+def superseded_history(
+    session: Session, node_id: str, rules: CanonRules | None = None
+) -> SupersededLine | None:
     """What recall shows on ``node_id``: its ``⤓ Superseded at …`` line, or None.
 
     A line exists while the concept is not Canonical and its latest demotion was
@@ -495,7 +497,7 @@ def superseded_history(session: Session, node_id: str) -> SupersededLine | None:
     index lock itself; the first call on a session reads the stored events.
     Raises ``StoreError`` if that read fails.
     """
-    log_ = demotion_log(session)
+    log_ = demotion_log(session, rules)
     demotion = log_.get(node_id)
     if demotion is None or demotion.reason != "superseded" or demotion.by is None:
         return None

@@ -10,7 +10,7 @@ writer). A store file that does not exist is refused rather than created.
   store already holds"): every pair the write-time rule would flag, newest
   first, each marked ``recorded`` when the store already holds its
   SUPERSEDES_SUSPECTED edge. The rule is the write path's
-  (``writes.one_value_changed`` and the merge guard): a near vector match at
+  (``supersession.flags``): a near vector match at
   or above the merge threshold among each concept's 8 nearest, of the same
   type (logic, constraint or observation), refused a merge because an
   identifier or number differs, differing in one value after the predicate,
@@ -41,7 +41,6 @@ from functools import wraps
 from typing import Any, TypeVar
 
 import click
-import numpy as np
 
 from .canon import CanonRules, DemotionLog
 from .cli_flags import store_option
@@ -49,20 +48,18 @@ from .config import Config, load_config, store_flags
 from .contradiction import ContradictionInfo, is_contradicted
 from .errors import ConfigError, ParameterError
 from .index.graph import SessionGraph
-from .index.vectors import VectorMatrix
-from .matching import merge_forbidden
-from .model import Concept, EdgeType, Status, short_id
+from .matching import resolve_merge_threshold
+from .model import EdgeType, Status, short_id
 from .store import open_store
 from .store.base import Store
-from .text import format_rfc3339, has_image_suffix, show_safely
-from .writes import _SUPERSEDE_REASONS, MERGE_CANDIDATES, REPLACEABLE_TYPES, one_value_changed
+from .supersession import linked_either_way, suspected_pairs
+from .text import format_rfc3339, show_safely
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXAMPLES = 3  # example ids per annotation kind
 SNIPPET_CHARS = 80
 PAIR_ROWS = 200  # pairs printed by default (--limit)
-SCAN_CHUNK = 1024  # rows per block of the all-pairs similarity scan
 
 KINDS = (
     "contradiction",
@@ -78,103 +75,11 @@ KINDS = (
 # =====================================================================================
 
 
-@dataclass(frozen=True)
-class SuspectedPair:
-    """``newer`` may replace ``older`` (#198), by Lambo's reading of the two texts."""
-
-    newer: Concept
-    older: Concept
-    cosine: float
-    recorded: bool  # the store already holds the SUPERSEDES_SUSPECTED edge
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "newer": self.newer.id,
-            "older": self.older.id,
-            "newer_content": self.newer.content,
-            "older_content": self.older.content,
-            "concept_type": self.newer.concept_type.label,
-            "cosine": round(self.cosine, 4),
-            "recorded": self.recorded,
-        }
-
-
-def _linked(graph: SessionGraph, a: str, b: str) -> bool:
-    """An against or depends_on between ``a`` and ``b``, either way."""
-    return any(
-        graph.edge(src, dst, etype) is not None
-        for etype in (EdgeType.DEPENDENCY, EdgeType.CONTRADICTS)
-        for src, dst in ((a, b), (b, a))
-    )
-
-
-def _flaggable(a: Concept, b: Concept) -> bool:
-    return (
-        a.concept_type in REPLACEABLE_TYPES
-        and b.concept_type is a.concept_type
-        and a.repo_scope is None
-        and b.repo_scope is None
-        and not has_image_suffix(a.content)
-        and not has_image_suffix(b.content)
-    )
-
-
-def suspected_pairs(
-    graph: SessionGraph, vectors: VectorMatrix | None, threshold: float
-) -> list[SuspectedPair]:
-    """Every pair the write-time possibly-superseded rule flags, newest replacement first."""
-    if vectors is None or len(vectors) == 0:
-        return []
-    ids = vectors.ids()
-    rows = vectors.rows()
-    found: dict[tuple[str, str], SuspectedPair] = {}
-    by_type: dict[Any, list[int]] = {}
-    for r, node_id in enumerate(ids):
-        concept = graph.concept(node_id)
-        if concept is not None and concept.concept_type in REPLACEABLE_TYPES:
-            by_type.setdefault(concept.concept_type, []).append(r)
-    for members in by_type.values():
-        block = rows[members]
-        k = min(MERGE_CANDIDATES + 1, len(members))  # +1: a row's nearest is itself
-        for start in range(0, len(members), SCAN_CHUNK):
-            sims = block[start : start + SCAN_CHUNK] @ block.T
-            top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-            for i, near in enumerate(top):
-                a = graph.concept(ids[members[start + i]])
-                if a is None:
-                    continue
-                for j in near.tolist():
-                    cosine = float(sims[i, j])
-                    b = graph.concept(ids[members[j]])
-                    if b is None or b.id == a.id or cosine < threshold:
-                        continue
-                    pair = _judge(graph, a, b, cosine)
-                    if pair is not None:
-                        found.setdefault((pair.newer.id, pair.older.id), pair)
-    return sorted(
-        found.values(), key=lambda p: (-p.newer.about_time, p.newer.id, -p.cosine, p.older.id)
-    )
-
-
-def _judge(graph: SessionGraph, a: Concept, b: Concept, cosine: float) -> SuspectedPair | None:
-    if not _flaggable(a, b) or a.about_time == b.about_time:
-        return None
-    if merge_forbidden(a.content, b.content) not in _SUPERSEDE_REASONS:
-        return None
-    if _linked(graph, a.id, b.id):
-        return None
-    newer, older = (a, b) if a.about_time > b.about_time else (b, a)
-    if not one_value_changed(newer.content, older.content):
-        return None
-    recorded = graph.edge(newer.id, older.id, EdgeType.SUPERSEDES_SUSPECTED) is not None
-    return SuspectedPair(newer, older, cosine, recorded)
-
-
 def merge_threshold(config: Config) -> tuple[float, str]:
     """The threshold the write path would use, and where it came from."""
     configured = float(config.get("embedder.merge_threshold"))
     if configured > 0:
-        return configured, "[embedder] merge_threshold"
+        return resolve_merge_threshold(configured, None, None)
     try:
         from .embed.onnx import ModelManifest
         from .embed.pull import resolve_model_dir
@@ -182,11 +87,9 @@ def merge_threshold(config: Config) -> tuple[float, str]:
         manifest = ModelManifest.read(resolve_model_dir(config))
     except Exception:  # no model installed: the uncalibrated default, said so
         manifest = None
-    if manifest is not None and manifest.merge_threshold:
-        return float(manifest.merge_threshold), f"the {manifest.name} model's calibration"
-    from .embed.base import DEFAULT_MERGE_THRESHOLD
-
-    return DEFAULT_MERGE_THRESHOLD, "the uncalibrated default"
+    if manifest is None:
+        return resolve_merge_threshold(configured, None, None)
+    return resolve_merge_threshold(configured, manifest.merge_threshold, manifest.name)
 
 
 # =====================================================================================
@@ -272,7 +175,7 @@ def verify_session(
                 rests.append(concept.id)
                 break
         for edge in graph.edges_in(concept.id, (EdgeType.SUPERSEDES_SUSPECTED,)):
-            if edge.src in graph and not _linked(graph, edge.src, concept.id):
+            if edge.src in graph and not linked_either_way(graph, edge.src, concept.id):
                 possibly.append(concept.id)
                 break
     report.kinds["rests_on_contradicted"] = rests

@@ -30,7 +30,7 @@ waiting one interval; the first whole cycle follows one interval later. The
 start pass takes no canonization step and sweeps nothing: a serve restarted
 often must not promote (or age concepts through sweeps) faster than one
 cycle per interval. Until that first listing, recall checks every hit
-(``session.contradiction_listing`` stays None), so a recall answered before
+(``listing`` stays None), so a recall answered before
 it misses nothing either.
 
 Every time it reads comes from one injectable clock (``clock``, the
@@ -109,11 +109,9 @@ class Daemon:
         self._contradictions: dict[str, ContradictionInfo] = {}
         self.contradictions_dropped = 0
         _DAEMONS.put(session, self)
-        # Recall reads the list through the session (recall cannot import the daemon:
-        # the daemon imports gc, which imports recall), from the first listing on; until
-        # then it checks every hit (None).
-        session.contradiction_listing = None
-        session.canon_rules = self.rules
+        # What recall warns on (the service hands it over): the list, from the first
+        # listing on; until then None, and recall checks every hit.
+        self.listing: Callable[[str], bool] | None = None
 
     def attach(self, pipeline: WritePipeline) -> Daemon:
         """On the pipeline's writer thread: the contradiction list at once, then ``cycle``
@@ -162,7 +160,7 @@ class Daemon:
             self.last_report = report
             self._contradictions = listed
             self.contradictions_dropped = dropped
-        self.session.contradiction_listing = self.listed
+        self.listing = self.listed
         return report
 
     def list_contradictions(self) -> int:
@@ -175,7 +173,7 @@ class Daemon:
         with self._lock:
             self._contradictions = listed
             self.contradictions_dropped = dropped
-        self.session.contradiction_listing = self.listed
+        self.listing = self.listed
         return len(listed)
 
     def _collect(self, session: Session, now: float) -> gc.SweepReport | None:

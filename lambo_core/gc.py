@@ -122,7 +122,6 @@ from .errors import LamboError
 from .model import ESTABLISHED, Concept, ConceptType, Edge, EdgeType
 from .owned import PerOwner
 from .scoring import (
-    ACCESS_COUNTS,
     EdgeSummary,
     EdgeView,
     base_parts,
@@ -533,7 +532,7 @@ def sweep(session: Session, now: float, settings: GcSettings, trigger: Trigger) 
         index.graph,
         now,
         settings,
-        pending_access=lambda node_id: ACCESS_COUNTS.pending(session, node_id),
+        pending_access=lambda node_id: session.access_counts.pending(node_id),
         lock=index.lock,
     )
     if plan.collect:

@@ -4,7 +4,7 @@ Spec: lambo_stats (flush_lag_ms, dead_lettered, degraded) and "What a crash
 can lose". In lambo an acked write's intent is committed before the ack and an
 applied write in the transaction that applies it, so the only change the store
 can be behind on is the write-behind of recall access counts
-(``scoring.ACCESS_COUNTS``): ``flush_lag_ms`` is the age of the oldest count
+(``Session.access_counts``): ``flush_lag_ms`` is the age of the oldest count
 not yet flushed, 0 when none waits.
 
 ``StoreHealth`` is owned by the session's write pipeline, which reports each

@@ -56,7 +56,6 @@ from .model import Concept, Edge, EdgeType, Status, short_id
 from .owned import PerOwner
 from .recall import contradicted_line, keyword_query, rests_on_lines
 from .references import MAX_LISTED_CANDIDATES, match_reference
-from .scoring import ACCESS_COUNTS
 from .text import canonical_key, check_agent_id, check_string, format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -369,7 +368,7 @@ def render(
 
     dependent_edges = graph.dependent_edges(node_id)
     radius = len(dependent_edges)
-    access = concept.access_count + ACCESS_COUNTS.pending(session, node_id)
+    access = concept.access_count + session.access_counts.pending(node_id)
     lines.append(_label_line(concept, radius))
     written = f"written by {concept.agent_id} at {format_rfc3339(concept.created_at)}"
     if concept.about_time != concept.created_at:

@@ -12,6 +12,12 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from .embed.base import DEFAULT_MERGE_THRESHOLD
+
+# How many nearest neighbours a placement reads: the merge, replacement candidates and the
+# possibly-superseded flag all choose among these.
+MERGE_CANDIDATES = 8
+
 _WORD_RE = re.compile(r"[\w./:@#-]+", re.UNICODE)
 _NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
 _NEGATIONS = frozenset(
@@ -86,3 +92,16 @@ def merge_forbidden(a: str, b: str) -> str | None:
     if negations(a) != negations(b):
         return "negations differ"
     return None
+
+
+def resolve_merge_threshold(
+    configured: float, calibrated: float | None, model: str | None
+) -> tuple[float, str]:
+    """The similarity at or above which two texts may merge, and where it came from:
+    ``[embedder] merge_threshold`` when set (> 0), else the model's calibrated one,
+    else the uncalibrated default."""
+    if configured > 0:
+        return configured, "[embedder] merge_threshold"
+    if calibrated:
+        return calibrated, f"the {model} model's calibration"
+    return DEFAULT_MERGE_THRESHOLD, "the uncalibrated default"

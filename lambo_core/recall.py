@@ -65,7 +65,7 @@ A recall runs in this order:
     suspected_supersession_line`` says; ``possibly_superseded_by`` either way).
 11. **The result**: the hits, their warning lines, the context block
     (``context.render_context``), and each returned hit's access counted in
-    RAM (``ACCESS_COUNTS``; the daemon writes them behind).
+    RAM (``session.access_counts``; the writer thread writes them behind).
 
 The legs' raw results are cached per session (128 entries, keyed on the graph
 version), so a repeated query costs only the ranking.
@@ -86,7 +86,7 @@ from typing import TYPE_CHECKING, Any
 
 from .alerts import conflict_lines, high_risk_line
 from .args import check_arguments, check_int, check_scope, require
-from .canon import superseded_history
+from .canon import CanonRules, superseded_history
 from .context import HitBlock, pillar_line, render_context
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, ContradictionInfo, is_contradicted
 from .embed.catalog import supersession_line_measured
@@ -96,7 +96,6 @@ from .index.keywords import tokenize
 from .model import ESTABLISHED, ConceptType, EdgeType, Status, short_id
 from .owned import PerOwner
 from .scoring import (
-    ACCESS_COUNTS,
     EdgeView,
     base_parts,
     derives_adjacency,
@@ -622,7 +621,7 @@ class _Scorer:
             self.now,
             max_degree=self.max_degree,
             interactions=self.interactions,
-            pending_access=ACCESS_COUNTS.pending(self.session, cand.node_id),
+            pending_access=self.session.access_counts.pending(cand.node_id),
             view=self.view,
         )
         cand.base = parts.total
@@ -893,11 +892,17 @@ def recall(
     legs: Collection[str] = ALL_LEGS,
     normalize: bool | None = None,
     holder: Holder | None = None,
+    listing: Callable[[str], bool] | None = None,
+    canon_rules: CanonRules | None = None,
 ) -> RecallResult:
     """Answer one lambo_recall call.
 
     ``holder`` answers who holds a ``lambo_reserve`` lock on a node (the
-    serve's ``LockTable.holder``), for the conflict lines. ``legs`` and
+    serve's ``LockTable.holder``), for the conflict lines. ``listing`` is the
+    daemon's contradiction list once it has listed; None (no daemon runs here, as
+    in tests and one-shot tools, or its first listing is not done yet): every hit
+    is checked. ``canon_rules`` are the session's ``[canonization]`` rules, which
+    rebuild the demotion history (None: the defaults). ``legs`` and
     ``normalize`` (see ``fuse``) are for the benchmarks: the served recall runs
     every leg it can and normalizes whenever the vector leg ran.
     """
@@ -955,7 +960,7 @@ def recall(
                     extra.append(cand)
             if extra:
                 ranked = order_candidates([*live, *extra])
-        listed = _daemon_listing(session)
+        listed = listing or _every_hit
         notes = Annotator(
             graph,
             now,
@@ -993,7 +998,7 @@ def recall(
             picks,
             defaults,
             now,
-            history=lambda node_id: _history_line(session, node_id),
+            history=lambda node_id: _history_line(session, node_id, canon_rules),
             notes=notes,
             skipped=selection.skipped,
         )
@@ -1023,10 +1028,8 @@ class Pick:
     pulled_in: bool = False  # only here as the concept beside a contradicted hit
 
 
-def _daemon_listing(session: Session) -> Callable[[str], bool]:
-    """The daemon's contradiction list once it has listed; else every hit counts (no daemon
-    runs here, as in tests and one-shot tools, or its first listing is not done yet)."""
-    return session.contradiction_listing or (lambda _node_id: True)
+def _every_hit(_node_id: str) -> bool:
+    return True
 
 
 def _listed_contradiction(
@@ -1266,10 +1269,10 @@ def _declared_between(graph: SessionGraph, a: str, b: str) -> bool:
     )
 
 
-def _history_line(session: Session, node_id: str) -> str | None:
+def _history_line(session: Session, node_id: str, rules: CanonRules | None) -> str | None:
     """The ``⤓ Superseded at …`` line of a demoted concept (history, not a warning)."""
     try:
-        line = superseded_history(session, node_id)
+        line = superseded_history(session, node_id, rules)
     except LamboError as exc:  # the line is history: a store that cannot say leaves it out
         log.warning("superseded history of %s not read: %s", node_id, exc.detail)
         return None
@@ -1399,5 +1402,5 @@ def _finish(
     # The MCP shape marks only the cut hit (included_in_context is the detailed recall's).
     if rendered.truncated is not None:
         hits[rendered.truncated]["truncated_in_context"] = True
-    ACCESS_COUNTS.record(session, (hit["node_id"] for hit in hits))
+    session.access_counts.record(hit["node_id"] for hit in hits)
     return RecallResult(rendered.context, hits, warnings)

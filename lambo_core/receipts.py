@@ -20,6 +20,7 @@ waiters when anything settles.
 from __future__ import annotations
 
 import enum
+import logging
 import re
 import secrets
 import threading
@@ -27,12 +28,20 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
 from lambo_core.clock import Clock, SystemClock
+
+from .errors import LamboError
+from .model import IntentState
+
+if TYPE_CHECKING:
+    from .store.base import Store
+
+log = logging.getLogger(__name__)
 
 # Spec: Limits table and lambo_stats. Fixed shares, never measured.
 LANE_BOUND = 64
@@ -867,3 +876,44 @@ __all__ = [
     "render_piggyback",
     "to_structured",
 ]
+
+
+def intent_answer(
+    store: Store,
+) -> Callable[[str, str, str], tuple[ReceiptState, str, dict[str, Any]] | None]:
+    """Answer a receipt an earlier server issued, from its durable intent in ``store``.
+
+    The ``foreign_lookup`` of a session's ReceiptBook: applied -> applied_after_restart
+    (with the summary kept on the intent), pending -> pending_replay, failed -> failed;
+    another agent or session -> forbidden; no intent -> None (restart_lost).
+    """
+
+    def answer(
+        receipt_id: str, agent_id: str, session: str
+    ) -> tuple[ReceiptState, str, dict[str, Any]] | None:
+        try:
+            intent = store.get_intent(receipt_id)
+        except LamboError as exc:
+            log.warning("receipt %s: intent not readable: %s", receipt_id, exc.detail)
+            return None
+        if intent is None:
+            return None
+        if intent.agent_id != agent_id or intent.session != session:
+            return (ReceiptState.FORBIDDEN, "this receipt belongs to another agent or session", {})
+        outcome = intent.outcome or {}
+        if intent.state is IntentState.APPLIED:
+            return (
+                ReceiptState.APPLIED_AFTER_RESTART,
+                str(outcome.get("detail", "applied")),
+                dict(outcome.get("data", {})),
+            )
+        if intent.state is IntentState.FAILED:
+            return (ReceiptState.FAILED, str(outcome.get("detail", "failed")), {})
+        return (
+            ReceiptState.PENDING_REPLAY,
+            "admitted by an earlier server and owed a replay; ask again, and recall rather "
+            "than deriving it again",
+            {},
+        )
+
+    return answer

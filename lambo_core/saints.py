@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from .args import check_arguments, check_scope, require
 from .model import Status
-from .scoring import ACCESS_COUNTS
 from .text import check_agent_id, format_rfc3339, show_safely
 
 if TYPE_CHECKING:
@@ -46,7 +45,7 @@ def run_saints(session: Session, args: Mapping[str, Any]) -> tuple[str, dict[str
                 "content": concept.content,
                 "concept_type": concept.concept_type.label,
                 "blast_radius": radius,
-                "access_count": concept.access_count + ACCESS_COUNTS.pending(session, concept.id),
+                "access_count": concept.access_count + session.access_counts.pending(concept.id),
                 "created_at": format_rfc3339(concept.created_at),
             }
             if concept.repo_scope is not None:

@@ -1,10 +1,9 @@
 """The base score: a concept's standing in its session, shared by recall, canonization,
-garbage collection and inspect; and the recall access counts it reads.
+garbage collection and inspect.
 
 The weights are the older release's (0.2.2): 0.25 recency + 0.20 frequency +
-0.20 activity + 0.35 density + an edge bonus + a type offset. Access counts live
-in RAM (``ACCESS_COUNTS``) until the writer thread writes them behind, so a read
-never writes to the store.
+0.20 activity + 0.35 density + an edge bonus + a type offset. Access counts not yet
+written behind are the session's ``access_counts`` (access.py).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,78 +24,6 @@ from .owned import PerOwner
 
 if TYPE_CHECKING:
     from .session import Session
-
-# =====================================================================================
-# access counts (RAM only; the daemon writes them behind)
-# =====================================================================================
-
-
-class AccessCounter:
-    """Recall hits counted per session in RAM, until the daemon writes them to the store.
-
-    A read never writes to the store: ``record`` only bumps a counter under a
-    short lock. The daemon calls ``drain`` and passes the counts to
-    ``Store.add_access_counts``; if that fails it hands them back with
-    ``restore``. ``pending`` lets the base score see counts not yet flushed.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: weakref.WeakKeyDictionary[Session, Counter[str]] = weakref.WeakKeyDictionary()
-        # When (time.monotonic) the oldest count not yet in the store was recorded:
-        # what lambo_stats' flush_lag_ms measures.
-        self._since: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()
-
-    def record(self, session: Session, node_ids: Iterable[str]) -> None:
-        with self._lock:
-            counts = self._counts.get(session)
-            if counts is None:
-                counts = self._counts[session] = Counter()
-            before = len(counts)
-            counts.update(node_ids)
-            if len(counts) > before and session not in self._since:
-                self._since[session] = time.monotonic()
-
-    def pending_since(self, session: Session) -> float | None:
-        """The monotonic time the oldest unflushed count was recorded, or None."""
-        with self._lock:
-            return self._since.get(session)
-
-    def pending(self, session: Session, node_id: str) -> int:
-        with self._lock:
-            counts = self._counts.get(session)
-            return counts[node_id] if counts is not None else 0
-
-    def snapshot(self, session: Session) -> dict[str, int]:
-        """Every count held for ``session``, copied (the counter keeps them)."""
-        with self._lock:
-            counts = self._counts.get(session)
-            return dict(counts) if counts else {}
-
-    def drain(self, session: Session) -> dict[str, int]:
-        """Take every count recorded for ``session`` (the counter starts again from zero)."""
-        with self._lock:
-            counts = self._counts.pop(session, None)
-            self._since.pop(session, None)
-        return dict(counts) if counts else {}
-
-    def restore(
-        self, session: Session, counts: Mapping[str, int], since: float | None = None
-    ) -> None:
-        """Give back counts a failed flush took, so the next flush writes them; ``since`` is
-        when the oldest of them was recorded (their age keeps counting)."""
-        with self._lock:
-            held = self._counts.get(session)
-            if held is None:
-                held = self._counts[session] = Counter()
-            held.update(counts)
-            if held:
-                earliest = [t for t in (since, self._since.get(session)) if t is not None]
-                self._since[session] = min(earliest) if earliest else time.monotonic()
-
-
-ACCESS_COUNTS = AccessCounter()
-
 
 # =====================================================================================
 # session-wide facts the base score needs
@@ -447,7 +373,7 @@ def bulk_scores(
     if not ids:
         return {}, 0, graph.interaction_count
     view = EdgeView(graph)
-    pending = ACCESS_COUNTS.snapshot(session)
+    pending = session.access_counts.snapshot()
     n = len(ids)
     count, bonus, last, touched = (np.empty(n) for _ in range(4))
     created, accessed, offset = (np.empty(n) for _ in range(3))

@@ -178,6 +178,8 @@ class MemoryService:
                 fusion=str(self.config.get("fusion.method")),
                 rrf_k=int(self.config.get("fusion.rrf_k")),
                 holder=self.locks.holder,
+                listing=self.daemon.listing if self.daemon is not None else None,
+                canon_rules=self._canon_rules,
             )
         )
         return ToolResult(texts=[result.context], structured=result.structured())

@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .access import AccessCounts
 from .clock import Clock, SystemClock
 from .config import Config
 from .embed.base import Embedder, EmbeddingContract, make_contract
 from .embed.onnx import LazyEmbedder, read_contract, start_embedder, wants_embedder
 from .errors import ConfigError, LamboError
 from .index.session_index import SessionIndex
-from .receipts import ReceiptBook
+from .receipts import ReceiptBook, intent_answer
 from .store.base import Store
-
-if TYPE_CHECKING:
-    from .canon import CanonRules
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +83,6 @@ def describe_contract(c: dict[str, Any]) -> str:
     return f"{{kind: {c.get('kind')}, model: {shown}, dim: {c.get('dim')}}}"
 
 
-def _durable_receipts(store: Store) -> Any:
-    # Imported here: writes builds on session, not the other way round.
-    from .writes import intent_answer
-
-    return intent_answer(store)
-
-
 class Session:
     """One session of one store, as held by this process."""
 
@@ -115,12 +105,8 @@ class Session:
         self.clock = clock
         self._relabel = relabel
         self._stamp_lock = threading.Lock()
-        # The daemon's contradiction list (with its budget), once a daemon runs here:
-        # recall warns on a hit only when it is listed. None: every hit is checked.
-        self.contradiction_listing: Callable[[str], bool] | None = None
-        # The daemon's [canonization] rules, once a daemon runs here: what rebuilds the
-        # demotion log read by recall's history line. None: the defaults.
-        self.canon_rules: CanonRules | None = None
+        # Recall hits not yet written behind (the writer thread drains them).
+        self.access_counts = AccessCounts()
 
     @classmethod
     def open(
@@ -161,7 +147,7 @@ class Session:
             store,
             index,
             plan,
-            receipts or ReceiptBook(clock, foreign_lookup=_durable_receipts(store)),
+            receipts or ReceiptBook(clock, foreign_lookup=intent_answer(store)),
             clock,
             relabel=relabel,
         )

@@ -21,7 +21,7 @@ vector hits the similarity merge already reads) for two spec features:
 - Possibly superseded (lambo_recall, "Possibly superseded, not declared",
   #198): a created concept that is a near match of an older one of its type,
   refused the merge because an identifier or number differs, and differing
-  from it in exactly one value (``one_value_changed``), records a
+  from it in exactly one value (``supersession.flags``), records a
   SUPERSEDES_SUSPECTED edge from the newer concept to the older one.
 
 A write carrying against also gets a stale report on its receipt: the direct
@@ -36,7 +36,6 @@ import logging
 import queue
 import threading
 import time
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +55,7 @@ from .embed.onnx import EmbedderLoading
 from .errors import LamboError, StoreError, internal_fault
 from .health import MAX_FLUSH_ATTEMPTS, StoreHealth
 from .index.graph import SessionGraph
-from .matching import merge_forbidden
+from .matching import MERGE_CANDIDATES, merge_forbidden
 from .model import (
     Concept,
     ConceptType,
@@ -74,19 +73,17 @@ from .model import (
 from .rates import PROBE_CONCEPTS, WriteRates, run_probe
 from .receipts import ReceiptState, ReceiptView, render_line
 from .references import refuse_changed, still_names
-from .scoring import ACCESS_COUNTS
 from .session import Session
 from .store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
-from .text import canonical_key, has_image_suffix, show_safely
+from .supersession import Side, comparable, flags
+from .text import canonical_key, show_safely
 
 log = logging.getLogger(__name__)
 
 COOCCURRENCE_PAIRS_PER_CALL = 10
 COOCCURRENCE_WEIGHT = 0.5
-MERGE_CANDIDATES = 8
 ACCESS_FLUSH_INTERVAL_S = 1.0  # write-behind of recall access counts
 # Replacement candidates (spec: lambo_derive, "Replacement candidates").
-REPLACEABLE_TYPES = frozenset({ConceptType.LOGIC, ConceptType.CONSTRAINT, ConceptType.OBSERVATION})
 CANDIDATES_PER_CONCEPT = 3
 CANDIDATE_BYTES = 2048
 EXCERPT_CHARS = 80
@@ -99,8 +96,6 @@ _NEWER_SUFFIX = (
     "; newer: dated after this write, so it may replace this write, not the other way round; "
     "do not cite it in against"
 )
-# Only a merge refused for these reasons can flag a possible supersession (#198).
-_SUPERSEDE_REASONS = frozenset({"identifiers differ", "numbers differ"})
 
 
 @dataclass
@@ -142,47 +137,6 @@ def _durable_outcome(outcome: dict[str, Any]) -> dict[str, Any]:
     return {"detail": outcome["detail"].split("\n", 1)[0], "data": data}
 
 
-def intent_answer(
-    store: Any,
-) -> Callable[[str, str, str], tuple[ReceiptState, str, dict[str, Any]] | None]:
-    """Answer a receipt an earlier server issued, from its durable intent in ``store``.
-
-    The ``foreign_lookup`` of a session's ReceiptBook: applied -> applied_after_restart
-    (with the summary kept on the intent), pending -> pending_replay, failed -> failed;
-    another agent or session -> forbidden; no intent -> None (restart_lost).
-    """
-
-    def answer(
-        receipt_id: str, agent_id: str, session: str
-    ) -> tuple[ReceiptState, str, dict[str, Any]] | None:
-        try:
-            intent = store.get_intent(receipt_id)
-        except LamboError as exc:
-            log.warning("receipt %s: intent not readable: %s", receipt_id, exc.detail)
-            return None
-        if intent is None:
-            return None
-        if intent.agent_id != agent_id or intent.session != session:
-            return (ReceiptState.FORBIDDEN, "this receipt belongs to another agent or session", {})
-        outcome = intent.outcome or {}
-        if intent.state is IntentState.APPLIED:
-            return (
-                ReceiptState.APPLIED_AFTER_RESTART,
-                str(outcome.get("detail", "applied")),
-                dict(outcome.get("data", {})),
-            )
-        if intent.state is IntentState.FAILED:
-            return (ReceiptState.FAILED, str(outcome.get("detail", "failed")), {})
-        return (
-            ReceiptState.PENDING_REPLAY,
-            "admitted by an earlier server and owed a replay; ask again, and recall rather "
-            "than deriving it again",
-            {},
-        )
-
-    return answer
-
-
 def _candidate_line(row: dict[str, Any]) -> str:
     line = f'- {row["id"]} "{row["excerpt"]}" (cosine {row["cosine"]:.4f}, for {row["new_id"]})'
     if row.get("merged"):
@@ -209,30 +163,6 @@ def _stale_lines(report: StaleReport) -> list[str]:
     if left:
         lines.append(f"- … {left} more; lambo_stale pages through them all")
     return lines
-
-
-def _tokens(text: str) -> list[str]:
-    return unicodedata.normalize("NFC", text).split()
-
-
-def one_value_changed(newer: str, older: str) -> bool:
-    """Whether two texts differ in exactly one value after the predicate (#198).
-
-    A deliberately small rule: split both on whitespace (after NFC); they must
-    have the same number of tokens and differ at exactly one position, and that
-    position must not be the first token. "the embedder listens on port 8080"
-    and "... port 8081" qualify; "J1 round-1 verdict: pass" and "J2 round-1
-    verdict: pass" (a change before the predicate: a different subject, not a
-    new value) and two values changed at once do not. The first token stands
-    in for "before the predicate"; tokens compare exactly (case counts, as it
-    does for identifiers). The merge guard (identifiers or numbers differ)
-    decides that the changed token is a value.
-    """
-    a, b = _tokens(newer), _tokens(older)
-    if len(a) != len(b) or len(a) < 2:
-        return False
-    diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
-    return len(diff) == 1 and diff[0] != 0
 
 
 @dataclass
@@ -652,8 +582,8 @@ class WritePipeline:
         (dead-lettered) so the lag says what is really owed. The final flush of a stop
         never dead-letters: its failure is what close_unflushed reports.
         """
-        since = ACCESS_COUNTS.pending_since(self.session)
-        counts = ACCESS_COUNTS.drain(self.session)
+        since = self.session.access_counts.pending_since()
+        counts = self.session.access_counts.drain()
         if not counts:
             return True, 0
         try:
@@ -669,7 +599,7 @@ class WritePipeline:
                 self._flush_failures = 0
                 self.health.dead_letter(f"the access counts of {len(counts)} concept(s)")
                 return True, 0
-            ACCESS_COUNTS.restore(self.session, counts, since)
+            self.session.access_counts.restore(counts, since)
             return False, 0
         self._flush_failures = 0
         self.health.wrote()
@@ -682,7 +612,7 @@ class WritePipeline:
 
     def flush_lag_ms(self) -> float:
         """Age of the oldest change the store does not hold yet (0 when none waits)."""
-        since = ACCESS_COUNTS.pending_since(self.session)
+        since = self.session.access_counts.pending_since()
         return 0.0 if since is None else max(0.0, (time.monotonic() - since) * 1000.0)
 
     def _apply_one(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
@@ -890,7 +820,9 @@ class WritePipeline:
             new_id(), session.name, intent.agent_id, kind, now, about, summary
         )
         plan = _Plan(batch=WriteBatch(session=session.name, interaction=interaction))
-        builder = _Builder(self, plan, intent.agent_id, now, about, interaction.id)
+        # The vectors came from the loaded embedder: its threshold is the one they merge by.
+        threshold = session.embedder(0).merge_threshold if vectors is not None else None
+        builder = _Builder(self, plan, intent.agent_id, now, about, interaction.id, threshold)
         if payload["kind"] == "derive":
             builder.derive(payload, vectors)
         else:
@@ -1036,6 +968,7 @@ class _Builder:
         now: float,
         about: float,
         interaction_id: str,
+        merge_threshold: float | None,
     ) -> None:
         self.session = pipeline.session
         self.graph: SessionGraph = pipeline.session.index.graph
@@ -1048,10 +981,7 @@ class _Builder:
         self._placements: list[_Placement] = []  # placed by similarity search, in call order
         self._cites_itself: set[str] = set()  # merged into a concept its depends_on names
         self._edges: dict[tuple[str, str, EdgeType], Edge] = {}
-        embedder = pipeline.session.plan
-        self._threshold = 0.85
-        if embedder.lazy is not None and embedder.lazy.ready:
-            self._threshold = embedder.lazy.get().merge_threshold
+        self._threshold = merge_threshold  # None: this write has no vectors
 
     # -- concepts ---------------------------------------------------------------------------
     def place(
@@ -1100,7 +1030,9 @@ class _Builder:
         read these hits; nothing searches again.
         """
         matrix = self.session.index.vectors
-        if vector is None or matrix is None or len(matrix) == 0 or matrix.dim != vector.shape[0]:
+        if vector is None or self._threshold is None or matrix is None or len(matrix) == 0:
+            return []
+        if matrix.dim != vector.shape[0]:
             return []
         hits = matrix.top_k(vector, MERGE_CANDIDATES)
         return [(node_id, cosine) for node_id, cosine in hits if cosine >= self._threshold]
@@ -1202,13 +1134,9 @@ class _Builder:
         self.plan.candidate_total = len(rows)
 
     def _eligible(self, placed: _Placement, hit: Concept) -> bool:
-        """Same type (logic, constraint, observation), same repository scope, not an image."""
-        return (
-            placed.ctype in REPLACEABLE_TYPES
-            and hit.concept_type is placed.ctype
-            and hit.repo_scope is None  # this write records no scope (none do today)
-            and not has_image_suffix(hit.content)
-        )
+        """Same type (logic, constraint, observation), same repository scope (this write
+        records none; none do today), not an image."""
+        return comparable(placed.ctype, hit)
 
     def _candidates(self, placed: _Placement, this_call: set[str]) -> list[dict[str, Any]]:
         merged_with: set[str] = set()
@@ -1263,17 +1191,16 @@ class _Builder:
             hit = self.graph.concept(node_id)
             if hit is None or not self._eligible(placed, hit):
                 continue
-            if merge_forbidden(placed.content, hit.content) not in _SUPERSEDE_REASONS:
+            # a backfilled write (dated before the hit) makes the hit the newer fact
+            flagged = flags(
+                Side(placed.node_id, placed.content, self.about),
+                Side(node_id, hit.content, hit.about_time),
+                self._linked,
+            )
+            if flagged is None:
                 continue
-            if hit.about_time == self.about or self._linked(placed.node_id, node_id):
-                continue
-            if hit.about_time < self.about:
-                newer, older, texts = placed.node_id, node_id, (placed.content, hit.content)
-            else:  # a backfilled write: the existing concept is the later fact
-                newer, older, texts = node_id, placed.node_id, (hit.content, placed.content)
-            if not one_value_changed(*texts):
-                continue
-            self.edge(newer, older, EdgeType.SUPERSEDES_SUSPECTED)
+            newer, older = flagged
+            self.edge(newer.node_id, older.node_id, EdgeType.SUPERSEDES_SUSPECTED)
             self.plan.supersessions += 1
 
     def _check_ref(self, field: str, ref: dict[str, Any]) -> str:

@@ -24,7 +24,8 @@ from lambo_core.daemon import Daemon
 from lambo_core.errors import StoreError
 from lambo_core.inspect import run_inspect
 from lambo_core.model import Status, short_id
-from lambo_core.scoring import ACCESS_COUNTS, base_parts, bulk_scores, interaction_count
+from lambo_core.recall import RecallDefaults, recall
+from lambo_core.scoring import base_parts, bulk_scores, interaction_count
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key, format_rfc3339
@@ -614,7 +615,7 @@ def test_bulk_scores_equal_the_per_concept_base_score(make_world: Any) -> None:
             "parent_of": [{"parent": "user schema", "child": "users.email column"}],
         }
     )
-    ACCESS_COUNTS.record(world.session, [schema, schema, world.id_of("unrelated note 3")])
+    world.session.access_counts.record([schema, schema, world.id_of("unrelated note 3")])
     world.clock.advance(86_400)
     try:
         with world.session.index.lock:
@@ -634,11 +635,11 @@ def test_bulk_scores_equal_the_per_concept_base_score(make_world: Any) -> None:
                     now,
                     max_degree=max_degree,
                     interactions=interactions,
-                    pending_access=ACCESS_COUNTS.pending(world.session, concept.id),
+                    pending_access=world.session.access_counts.pending(concept.id),
                 )
                 assert scores[concept.id] == pytest.approx(parts.total, abs=1e-12), concept.content
     finally:
-        ACCESS_COUNTS.drain(world.session)
+        world.session.access_counts.drain()
 
 
 # =====================================================================================
@@ -863,14 +864,14 @@ def test_session_list(tmp_path: Path) -> None:
 
 
 def test_the_demotion_log_is_rebuilt_with_the_daemons_rules_whoever_asks_first(
-    monkeypatch: pytest.MonkeyPatch,
+    make_world: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Recall's history line asks without rules; the configured ones must still apply."""
+    """Recall's history line may ask first; the configured rules must still apply."""
     from lambo_core import canon
 
-    session = Session.open(MemoryStore(), "s", EmbedderPlan(None, None), clock=ManualClock())
     rules = CanonRules(edge_min_age_s=5.0, supersede=True)
-    Daemon(session, rules)
+    world = make_world(rules)
+    world.derive("user schema")
     seen: list[CanonRules] = []
     real = canon.DemotionLog.rebuild
 
@@ -879,5 +880,6 @@ def test_the_demotion_log_is_rebuilt_with_the_daemons_rules_whoever_asks_first(
         return real(events, graph, used)
 
     monkeypatch.setattr(canon.DemotionLog, "rebuild", spy)
-    assert superseded_history(session, "00000000-0000-4000-8000-000000000000") is None
+    args = {"agent_id": "a", "query": "user schema"}
+    recall(world.session, args, defaults=RecallDefaults(), canon_rules=rules)
     assert seen == [rules]

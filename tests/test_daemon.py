@@ -257,7 +257,7 @@ def test_open_service_lists_the_stores_contradictions_at_start(
         assert daemon is not None and daemon_for(service.session) is daemon
         assert listed_once.wait(10), "the daemon did not list contradictions at start"
         assert daemon.listed(schema) and not daemon.listed(accounts)
-        assert service.session.contradiction_listing == daemon.listed
+        assert daemon.listing == daemon.listed
         assert daemon.counters()["canonization_cycles"] == 0
         (job,) = [
             p for p in service.pipeline._periodic if p.job != service.pipeline.flush_access_counts
@@ -294,7 +294,7 @@ def test_the_start_pass_lists_contradictions_and_takes_no_canonization_step(
     assert (interval, first_in_s) == (60.0, 0.0)  # due at once, then every interval
     job()  # the start pass: the list alone
     assert world.daemon.listed(target)
-    assert world.session.contradiction_listing == world.daemon.listed
+    assert world.daemon.listing == world.daemon.listed
     assert world.daemon.counters()["canonization_cycles"] == 0
     assert world.session.index.graph.concept(schema).status is Status.NONE  # nothing promoted
     job()  # one interval later: a whole cycle
@@ -308,12 +308,13 @@ def test_recall_checks_every_hit_until_the_daemons_first_listing(world: World) -
     defaults = RecallDefaults()  # the session has no embedder: nothing to wait for
 
     def ask(query: str) -> str:
-        return recall(world.session, {"agent_id": "a", "query": query}, defaults=defaults).context
+        args = {"agent_id": "a", "query": query}
+        return recall(world.session, args, defaults=defaults, listing=world.daemon.listing).context
 
     schema = world.derive("user schema")
     world.clock.advance(5)
     world.derive("accounts replaced the users table", agent="agent-b", against=[schema])
-    assert world.session.contradiction_listing is None  # made, not listed yet
+    assert world.daemon.listing is None  # made, not listed yet
     assert "⚠ Contradicted at" in ask("user schema")
     assert world.daemon.list_contradictions() == 1
     assert "⚠ Contradicted at" in ask("user schema")

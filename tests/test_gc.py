@@ -360,18 +360,17 @@ def test_accesses_and_recency_keep_a_concept(store: Store) -> None:
 
 
 def test_the_score_sees_access_counts_recall_has_not_flushed(store: Store) -> None:
-    from lambo_core.scoring import ACCESS_COUNTS
 
     b = Builder(store)
     hub = b.hub()
     node = b.concept("recalled a lot lately", ConceptType.LOGIC)
     b.edge(node, hub, EdgeType.COOCCURRENCE, weight=0.5)
     session = b.open()
-    ACCESS_COUNTS.record(session, [node] * 10)
+    session.access_counts.record([node] * 10)
     try:
         assert sweep(session, LATER, settings_(), "mutations").collected == 0
     finally:
-        ACCESS_COUNTS.drain(session)
+        session.access_counts.drain()
     assert sweep(session, LATER, settings_(), "mutations").collected_ids == (node,)
 
 

@@ -19,7 +19,6 @@ from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.health import MAX_FLUSH_ATTEMPTS
 from lambo_core.model import IntentState
 from lambo_core.receipts import ReceiptState
-from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.service import MemoryService
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
@@ -71,7 +70,7 @@ def world(tmp_path: Path, minilm: OnnxEmbedder) -> Iterator[World]:
     w = World(tmp_path, minilm)
     yield w
     w.pipeline.close()
-    ACCESS_COUNTS.drain(w.pipeline.session)
+    w.pipeline.session.access_counts.drain()
 
 
 @pytest.fixture
@@ -80,7 +79,7 @@ def still(tmp_path: Path, minilm: OnnxEmbedder) -> Iterator[World]:
     w = World(tmp_path, minilm, worker=False)
     yield w
     w.pipeline.close()
-    ACCESS_COUNTS.drain(w.pipeline.session)
+    w.pipeline.session.access_counts.drain()
 
 
 def test_healthy_session_reads_healthy(world: World) -> None:
@@ -144,7 +143,7 @@ def test_a_write_behind_batch_refused_again_and_again_is_dead_lettered(still: Wo
     world = still
     session = world.pipeline.session
     world.store.refuse.add("add_access_counts")
-    ACCESS_COUNTS.record(session, ["some-concept"])
+    session.access_counts.record(["some-concept"])
     assert world.stats()["flush_lag_ms"] > 0.0  # a change the store does not hold yet
     lags = []
     for _ in range(MAX_FLUSH_ATTEMPTS - 1):
@@ -157,12 +156,12 @@ def test_a_write_behind_batch_refused_again_and_again_is_dead_lettered(still: Wo
     stats = world.stats()
     assert stats["dead_lettered"] == 1
     assert stats["flush_lag_ms"] == 0.0  # the lag falls back; only dead_lettered says so
-    assert ACCESS_COUNTS.pending(session, "some-concept") == 0
+    assert session.access_counts.pending("some-concept") == 0
     assert world.store.refused["add_access_counts"] == MAX_FLUSH_ATTEMPTS
 
     # A flush that goes through clears degraded.
     world.store.refuse.discard("add_access_counts")
-    ACCESS_COUNTS.record(session, ["some-concept"])
+    session.access_counts.record(["some-concept"])
     world.pipeline.flush_access_counts()
     stats = world.stats()
     assert (stats["dead_lettered"], stats["degraded"], stats["flush_lag_ms"]) == (1, False, 0.0)

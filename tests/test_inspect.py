@@ -22,7 +22,6 @@ from lambo_core.model import (
     WriteBatch,
     short_id,
 )
-from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key, format_rfc3339
@@ -229,11 +228,11 @@ def test_admission_follows_status_and_policy(world: World) -> None:
 
 def test_access_count_includes_unflushed_recalls(world: World) -> None:
     node = world.derive("user schema")
-    ACCESS_COUNTS.record(world.session, [node, node])
+    world.session.access_counts.record([node, node])
     try:
         text, data = world.inspect(focus="user schema")
     finally:
-        ACCESS_COUNTS.drain(world.session)
+        world.session.access_counts.drain()
     assert data["access_count"] == 2
     assert text.split("\n")[1].endswith("access count 2")
 

@@ -45,7 +45,6 @@ from lambo_core.recall import (
     order_candidates,
     recall,
 )
-from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.text import canonical_key
@@ -293,7 +292,7 @@ def test_golden_budget_edge_through_recall() -> None:
     result = ask(session, "lease", max_tokens=exact, traversal_depth=0)
     assert result.context == both
     assert_mcp_shape(result)
-    ACCESS_COUNTS.drain(session)  # the first recall's accesses would raise the scores
+    session.access_counts.drain()  # the first recall's accesses would raise the scores
     result = ask(session, "lease", max_tokens=exact - 1, traversal_depth=0)
     assert result.context == both.split("\n\n")[0]
     assert left_out(result, 1) and "truncated_in_context" not in result.hits[1]
@@ -711,11 +710,11 @@ def test_a_name_with_too_many_occurrences_falls_through(names: Session) -> None:
 def test_a_dependency_answer_carries_no_contradiction_lines_and_counts_access(
     names: Session,
 ) -> None:
-    before = ACCESS_COUNTS.pending(names, nid(101))
+    before = names.access_counts.pending(nid(101))
     result = ask(names, "what depends on db")
     assert result.context.startswith('Answered by graph traversal: 1 concept depends on "db"')
     assert contents(result) == ["dependent 101"]
-    assert ACCESS_COUNTS.pending(names, nid(101)) == before + 1
+    assert names.access_counts.pending(nid(101)) == before + 1
 
 
 # =====================================================================================
@@ -759,26 +758,26 @@ def test_a_large_session_refreshes_the_highest_degree_off_the_read_path(
 
 
 def test_access_counts_are_recorded_in_ram_and_drained(small: Session) -> None:
-    ACCESS_COUNTS.drain(small)
+    small.access_counts.drain()
     ask(small, "stdio wire")
     ask(small, "stdio wire")
-    assert ACCESS_COUNTS.pending(small, nid(1)) == 2
+    assert small.access_counts.pending(nid(1)) == 2
     concept = small.store.get_concept("s", nid(1))
     assert concept is not None and concept.access_count == 0  # nothing written on the read path
-    assert ACCESS_COUNTS.drain(small) == {nid(1): 2}
-    assert ACCESS_COUNTS.drain(small) == {}
-    ACCESS_COUNTS.restore(small, {nid(1): 2})
-    assert ACCESS_COUNTS.pending(small, nid(1)) == 2
-    ACCESS_COUNTS.drain(small)
+    assert small.access_counts.drain() == {nid(1): 2}
+    assert small.access_counts.drain() == {}
+    small.access_counts.restore({nid(1): 2})
+    assert small.access_counts.pending(nid(1)) == 2
+    small.access_counts.drain()
 
 
 def test_pending_accesses_raise_the_frequency_term(small: Session) -> None:
-    ACCESS_COUNTS.drain(small)
+    small.access_counts.drain()
     first = ask(small, "stdio wire").hits[0]["score"]
-    ACCESS_COUNTS.restore(small, {nid(1): 9})
+    small.access_counts.restore({nid(1): 9})
     second = ask(small, "stdio wire").hits[0]["score"]
     assert second == pytest.approx(first + 0.5 * 0.20 * 10 / 10)
-    ACCESS_COUNTS.drain(small)
+    small.access_counts.drain()
 
 
 # =====================================================================================

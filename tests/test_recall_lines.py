@@ -17,7 +17,6 @@ from lambo_core.locks import Reservation
 from lambo_core.model import Edge as GraphEdge
 from lambo_core.model import EdgeType, Interaction, InteractionKind, Status, WriteBatch
 from lambo_core.recall import RecallDefaults, RecallResult, recall
-from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.selection import SelectionRules
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
@@ -44,7 +43,7 @@ def ask(
         defaults=defaults or RecallDefaults(),
         holder=holder,
     )
-    ACCESS_COUNTS.drain(session)  # so one recall's hits do not raise the next one's scores
+    session.access_counts.drain()  # so one recall's hits do not raise the next one's scores
     assert_mcp_shape(result)
     return result
 

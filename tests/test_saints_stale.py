@@ -12,7 +12,6 @@ from lambo_core.clock import ManualClock
 from lambo_core.errors import LamboError, ParameterError
 from lambo_core.model import Status
 from lambo_core.saints import run_saints
-from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.stale import run_stale
 from lambo_core.store import MemoryStore, SqliteStore
@@ -101,11 +100,11 @@ def test_saints_lists_canonical_concepts_with_their_fields(world: World) -> None
     world.derive("not canonical")
     world.canonize(schema)
     world.canonize(jwt)
-    ACCESS_COUNTS.record(world.session, [schema, schema, schema])
+    world.session.access_counts.record([schema, schema, schema])
     try:
         text, data = world.saints(agent_id="agent-a", scope="s")
     finally:
-        ACCESS_COUNTS.drain(world.session)
+        world.session.access_counts.drain()
     assert data["total"] == 2
     assert data["saints"] == [
         {

@@ -7,7 +7,6 @@ inside a write, and the store made to refuse writes where a test needs a failing
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 from lambo_core.embed.onnx import LazyEmbedder, OnnxEmbedder
 from lambo_core.model import IntentState
 from lambo_core.receipts import ReceiptState
-from lambo_core.scoring import ACCESS_COUNTS
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
 from lambo_core.writes import StopReport, WritePipeline
@@ -67,6 +65,19 @@ def state(p: WritePipeline, receipt: str, agent: str = "agent-a") -> ReceiptStat
     return p.session.receipts.lookup(receipt, agent, p.session.name).state
 
 
+def admission_closes(p: WritePipeline, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set once the stop has closed the receipt book (admission closed from then on)."""
+    closed = threading.Event()
+    close = p.session.receipts.close
+
+    def close_then_tell() -> None:
+        close()
+        closed.set()
+
+    monkeypatch.setattr(p.session.receipts, "close", close_then_tell)
+    return closed
+
+
 def close_in_thread(p: WritePipeline, **kw: Any) -> tuple[threading.Thread, list[StopReport]]:
     reports: list[StopReport] = []
     thread = threading.Thread(target=lambda: reports.append(p.close(**kw)))
@@ -75,16 +86,16 @@ def close_in_thread(p: WritePipeline, **kw: Any) -> tuple[threading.Thread, list
 
 
 def test_stop_finishes_the_write_in_hand_and_hands_the_rest_on(
-    tmp_path: Path, minilm: OnnxEmbedder
+    tmp_path: Path, minilm: OnnxEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "s.db"
     gated = GatedEmbedder(minilm)
     p = WritePipeline(Session.open(SqliteStore(path), "s", EmbedderPlan.ready(gated))).start()
+    closed = admission_closes(p, monkeypatch)
     receipts = [derive(p, f"queued fact {i}", agent=f"agent-{i % 4}") for i in range(40)]
     assert gated.entered.wait(DEADLINE_S)  # the worker is inside the first write
     thread, reports = close_in_thread(p, timeout=DEADLINE_S)
-    while not p.session.receipts.closing:
-        time.sleep(0.001)
+    assert closed.wait(DEADLINE_S)
     late = p.submit(
         "lambo_derive",
         {"agent_id": "x", "concepts": [{"content": "late", "concept_type": "logic"}]},
@@ -133,14 +144,14 @@ def test_a_write_waiting_for_the_model_is_handed_on_not_failed(
 
 
 def test_a_model_that_loads_during_the_stop_lets_the_write_in_hand_apply(
-    tmp_path: Path, minilm: OnnxEmbedder
+    tmp_path: Path, minilm: OnnxEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     plan, loaded = loading_model(minilm)
     p = WritePipeline(Session.open(SqliteStore(tmp_path / "m.db"), "s", plan)).start()
+    closed = admission_closes(p, monkeypatch)
     receipts = [derive(p, f"fact {i}") for i in range(3)]
     thread, reports = close_in_thread(p, timeout=DEADLINE_S)
-    while not p.session.receipts.closing:
-        time.sleep(0.001)
+    assert closed.wait(DEADLINE_S)
     loaded.set()  # a short-lived client's write, made while the model was loading
     thread.join(DEADLINE_S)
     (report,) = reports
@@ -154,7 +165,7 @@ def test_a_refused_final_flush_answers_close_unflushed(
     store = FlakyStore(SqliteStore(tmp_path / "f.db"))
     p = WritePipeline(Session.open(store, "s", EmbedderPlan.ready(minilm)))  # no worker
     queued = [derive(p, f"queued {i}") for i in range(3)]
-    ACCESS_COUNTS.record(p.session, ["a-recalled-concept"])  # the write-behind owes a flush
+    p.session.access_counts.record(["a-recalled-concept"])  # the write-behind owes a flush
     store.refuse.add("add_access_counts")  # the disk filled up, and stays full
     report = p.close(timeout=1.0)
     try:
@@ -163,9 +174,9 @@ def test_a_refused_final_flush_answers_close_unflushed(
         assert p.stats()["write_queue_abandoned"] == 3
         assert "final flush did not complete" in report.summary()
         # the final flush never dead-letters: what it owed is still owed
-        assert ACCESS_COUNTS.pending(p.session, "a-recalled-concept") == 1
+        assert p.session.access_counts.pending("a-recalled-concept") == 1
     finally:
-        ACCESS_COUNTS.drain(p.session)
+        p.session.access_counts.drain()
 
 
 def test_a_retried_final_flush_that_completes_turns_them_intent_durable(
@@ -179,7 +190,7 @@ def test_a_retried_final_flush_that_completes_turns_them_intent_durable(
     p.session.plan = EmbedderPlan.ready(gate)  # hold the worker out of the queue
     queued = [derive(p, f"queued {i}") for i in range(3)]
     assert gate.entered.wait(DEADLINE_S)
-    ACCESS_COUNTS.record(p.session, [c.id for c in p.session.store.concepts("s")])
+    p.session.access_counts.record([c.id for c in p.session.store.concepts("s")])
     store.refuse.add("add_access_counts")
     store.times["add_access_counts"] = 2  # the first two flushes fail, then it recovers
     thread, reports = close_in_thread(p, timeout=DEADLINE_S)
@@ -305,16 +316,18 @@ def test_a_stop_hands_on_the_write_it_gave_back_and_runs_no_background_job(
     plan, loaded = loading_model(minilm)
     p = WritePipeline(Session.open(SqliteStore(tmp_path / "j.db"), "s", plan))
     ran_while_stopping: list[bool] = []
+    stop_over = threading.Event()
 
     def slow_job() -> None:  # a daemon cycle that would outlast the stop's join
         ran_while_stopping.append(p._stopping.is_set())
         if p._stopping.is_set():
-            time.sleep(2.0)
+            stop_over.wait(DEADLINE_S)
 
     p.every(0.01, slow_job)
     p.start()
     receipt = derive(p, "a fact made while the model loads")
     report = p.close(timeout=1.0)
+    stop_over.set()
     loaded.set()
     assert report.worker_stopped, report.summary()
     assert (report.deferred, report.unflushed) == (1, 0)

@@ -62,7 +62,6 @@ from lambo_core.model import (  # noqa: E402
 )
 from lambo_core.recall import RecallDefaults, recall  # noqa: E402
 from lambo_core.scoring import (  # noqa: E402
-    ACCESS_COUNTS,
     start_summary_warm,
     wait_for_summaries,
 )
@@ -265,7 +264,7 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
             recall(session, {"agent_id": "b", "query": text}, defaults=defaults)
             incl.append(time.perf_counter() - t)
             embedder.real = False
-        ACCESS_COUNTS.drain(session)
+        session.access_counts.drain()
     store.close()
     out: dict[str, Any] = {
         "n": n,

@@ -47,7 +47,6 @@ sys.path.insert(0, str(ROOT))
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
 from lambo_core.embed.pull import import_model  # noqa: E402
 from lambo_core.recall import RecallDefaults, recall  # noqa: E402
-from lambo_core.scoring import ACCESS_COUNTS  # noqa: E402
 from lambo_core.session import EmbedderPlan, Session  # noqa: E402
 from lambo_core.store import SqliteStore  # noqa: E402
 from lambo_core.text import canonical_key  # noqa: E402
@@ -162,7 +161,7 @@ def evaluate(
             normalize=config.normalize,
         )
         times.append(time.perf_counter() - t)
-        ACCESS_COUNTS.drain(session)
+        session.access_counts.drain()
         ranked = [h["node_id"] for h in result.hits]
         recalls.append(len(relevant & set(ranked[:5])) / len(relevant))
         first = next((i for i, node in enumerate(ranked[:TOP_K]) if node in relevant), None)
