@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from ..cli_flags import FieldFlags
-from ..cli_output import (
+from ..errors import ErrorKind, ParameterError
+from .common import USAGE_KINDS, Context
+from .output import (
     WAIT_MS,
     ShellCall,
     split_receipt_line,
@@ -23,8 +25,6 @@ from ..cli_output import (
     write_exit_code,
     write_outcome,
 )
-from ..errors import ErrorKind, ParameterError
-from .common import USAGE_KINDS, Context
 
 if TYPE_CHECKING:
     from ..client import Call
