@@ -44,6 +44,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -98,7 +99,29 @@ def drive(
     run.window_waits, run.window_wait_s = flow.waits, flow.wait_s
 
 
-def main() -> int:
+NAMES = ["hub", "forwarder-1", "forwarder-2"]
+
+
+@dataclass
+class Measured:
+    """What one bench run saw, in the order of its phases."""
+
+    args: argparse.Namespace
+    serves: list[RawServe] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    solos: list[Run] = field(default_factory=list)
+    stats_solo: list[list[float]] = field(default_factory=lambda: [[], [], []])
+    written: int = 0
+    dropped: int = 0
+    acked_wall: float = 0.0
+    applied_wall: float = 0.0
+    load_concurrent: str = ""
+    load_end: str = ""
+    final: dict[str, Any] = field(default_factory=dict)
+    rss: list[int] = field(default_factory=list)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=1000, help="derives through each serve")
     parser.add_argument("--agents", type=int, default=32, help="agent ids per client")
@@ -107,151 +130,165 @@ def main() -> int:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the table"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def start_serves(m: Measured, home: Path, store: Path) -> None:
+    """The hub first, then the forwarders, each checked to answer for the hub."""
+    hub = RawServe(home, store, SESSION, name="hub")
+    m.serves.append(hub)
+    hub.wait_ready()
+    hub_pid = hub.stats()["holder_pid"]
+    assert hub_pid == hub.pid, f"the first serve is not the holder: {hub_pid} != {hub.pid}"
+    for name in NAMES[1:]:
+        fwd = RawServe(home, store, SESSION, name=name)
+        m.serves.append(fwd)
+        holder = fwd.stats()["holder_pid"]
+        assert holder == hub_pid, f"{name} answers for {holder}, not the hub {hub_pid}"
+
+
+def warm_up(m: Measured) -> None:
+    """A few derives through each, applied, so every connection is open."""
+    for k, serve in enumerate(m.serves):
+        warm = Run(f"warm-{k}")
+        drive(serve, warm, m.written, 20, 4, f"w{k}", WINDOW)
+        if warm.error is not None:
+            raise warm.error
+        m.written += 20
+    m.serves[0].wait_concepts(m.written, timeout=120)
+
+
+def concurrent_phase(m: Measured) -> None:
+    """--calls through each serve at once."""
+    calls = m.args.calls
+    m.runs = [Run(name) for name in NAMES]
+    threads = [
+        threading.Thread(
+            target=drive,
+            args=(serve, run, m.written + k * calls, calls, m.args.agents, f"c{k}", WINDOW),
+            daemon=True,
+        )
+        for k, (serve, run) in enumerate(zip(m.serves, m.runs, strict=True))
+    ]
+    began = time.perf_counter()
+    mono_began = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(900)
+        if t.is_alive():
+            raise ServeError("a client thread did not finish within 900 s")
+    m.acked_wall = time.perf_counter() - began
+    for run in m.runs:
+        if run.error is not None:
+            raise run.error
+    m.written += 3 * calls
+    m.dropped = sum(run.dropped for run in m.runs)
+    applied_at = m.serves[0].wait_concepts(m.written - m.dropped, timeout=600)
+    m.applied_wall = applied_at - mono_began
+    m.load_concurrent = loadavg()
+
+
+def solo_phase(m: Measured) -> None:
+    """The three serves in turn, one call each, nothing concurrent (so the hop is measured
+    with the same load beside every serve). Derives first (the worker applies behind them),
+    then, once drained, lambo_stats (nothing applying)."""
+    m.solos = [Run(name) for name in NAMES]
+    flows = [Window(serve, WINDOW) for serve in m.serves]
+    for i in range(m.args.solo):
+        for k, serve in enumerate(m.serves):
+            agent = f"s{k}-agent-{i % m.args.agents}"
+            flows[k].make_room()
+            t0 = time.perf_counter()
+            ack = serve.call("lambo_derive", derive_args(agent, sentence(m.written)))
+            m.solos[k].samples.append(time.perf_counter() - t0)
+            m.written += 1
+            if ack["receipt_state"] == "dropped":
+                m.solos[k].dropped += 1
+            else:
+                flows[k].add(agent, ack["receipt"])
+    m.dropped += sum(solo.dropped for solo in m.solos)
+    m.serves[0].wait_concepts(m.written - m.dropped, timeout=300)
+    for _ in range(m.args.solo):
+        for k, serve in enumerate(m.serves):
+            t0 = time.perf_counter()
+            serve.stats(f"s{k}-agent-0")
+            m.stats_solo[k].append(time.perf_counter() - t0)
+
+
+def measure(args: argparse.Namespace) -> Measured:
+    m = Measured(args)
     root = Path(tempfile.mkdtemp(prefix="lambo-bench-clients-"))
-    store = root / "clients.db"
-    serves: list[RawServe] = []
-    names = ["hub", "forwarder-1", "forwarder-2"]
     try:
-        home = make_home(root)
-        hub = RawServe(home, store, SESSION, name="hub")
-        serves.append(hub)
-        hub.wait_ready()
-        hub_pid = hub.stats()["holder_pid"]
-        assert hub_pid == hub.pid, f"the first serve is not the holder: {hub_pid} != {hub.pid}"
-        for name in names[1:]:
-            fwd = RawServe(home, store, SESSION, name=name)
-            serves.append(fwd)
-            holder = fwd.stats()["holder_pid"]
-            assert holder == hub_pid, f"{name} answers for {holder}, not the hub {hub_pid}"
-
-        # Warm-up: a few derives through each, applied, so every connection is open.
-        written = 0
-        for k, serve in enumerate(serves):
-            warm = Run(f"warm-{k}")
-            drive(serve, warm, written, 20, 4, f"w{k}", WINDOW)
-            if warm.error is not None:
-                raise warm.error
-            written += 20
-        hub.wait_concepts(written, timeout=120)
-
-        # Concurrent phase: --calls through each serve at once.
-        runs = [Run(name) for name in names]
-        threads = [
-            threading.Thread(
-                target=drive,
-                args=(
-                    serve,
-                    run,
-                    written + k * args.calls,
-                    args.calls,
-                    args.agents,
-                    f"c{k}",
-                    WINDOW,
-                ),
-                daemon=True,
-            )
-            for k, (serve, run) in enumerate(zip(serves, runs, strict=True))
-        ]
-        began = time.perf_counter()
-        mono_began = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(900)
-            if t.is_alive():
-                raise ServeError("a client thread did not finish within 900 s")
-        acked_wall = time.perf_counter() - began
-        for run in runs:
-            if run.error is not None:
-                raise run.error
-        written += 3 * args.calls
-        dropped = sum(run.dropped for run in runs)
-        applied_at = hub.wait_concepts(written - dropped, timeout=600)
-        applied_wall = applied_at - mono_began
-        load_concurrent = loadavg()
-
-        # One at a time: the three serves in turn, one call each, nothing concurrent (so
-        # the hop is measured with the same load beside every serve). Derives first (the
-        # worker applies behind them), then, once drained, lambo_stats (nothing applying).
-        solos = [Run(name) for name in names]
-        stats_solo: list[list[float]] = [[], [], []]
-        flows = [Window(serve, WINDOW) for serve in serves]
-        for i in range(args.solo):
-            for k, serve in enumerate(serves):
-                agent = f"s{k}-agent-{i % args.agents}"
-                flows[k].make_room()
-                t0 = time.perf_counter()
-                ack = serve.call("lambo_derive", derive_args(agent, sentence(written)))
-                solos[k].samples.append(time.perf_counter() - t0)
-                written += 1
-                if ack["receipt_state"] == "dropped":
-                    solos[k].dropped += 1
-                else:
-                    flows[k].add(agent, ack["receipt"])
-        dropped += sum(solo.dropped for solo in solos)
-        hub.wait_concepts(written - dropped, timeout=300)
-        for _ in range(args.solo):
-            for k, serve in enumerate(serves):
-                t0 = time.perf_counter()
-                serve.stats(f"s{k}-agent-0")
-                stats_solo[k].append(time.perf_counter() - t0)
-
-        final = hub.stats()
-        rss = [serve.peak_rss_kib() for serve in serves]
-        load_end = loadavg()
+        start_serves(m, make_home(root), root / "clients.db")
+        warm_up(m)
+        concurrent_phase(m)
+        solo_phase(m)
+        m.final = m.serves[0].stats()
+        m.rss = [serve.peak_rss_kib() for serve in m.serves]
+        m.load_end = loadavg()
     finally:
-        for serve in reversed(serves):  # forwarders first, the hub last
+        for serve in reversed(m.serves):  # forwarders first, the hub last
             serve.close()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
+    return m
 
-    n = args.calls
-    if args.json:
 
-        def cell(samples: list[float]) -> dict[str, float]:
-            return {
-                "p50_ms": percentile(samples, 0.5) * 1000,
-                "p99_ms": percentile(samples, 0.99) * 1000,
+def _cell(samples: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": percentile(samples, 0.5) * 1000,
+        "p99_ms": percentile(samples, 0.99) * 1000,
+    }
+
+
+def print_json(m: Measured) -> None:
+    n = m.args.calls
+    serves_out = {}
+    for k, (serve, run, solo) in enumerate(zip(m.serves, m.runs, m.solos, strict=True)):
+        serves_out[NAMES[k]] = {
+            "pid": serve.pid,
+            "acked_per_s": len(run.samples) / run.wall_s,
+            "ack": _cell(run.samples),
+            "one_by_one": _cell(solo.samples),
+            "stats": _cell(m.stats_solo[k]),
+            "dropped": run.dropped + solo.dropped,
+            "peak_rss_kib": m.rss[k],
+        }
+    fwd_solo_samples = [x for r in m.solos[1:] for x in r.samples]
+    print(
+        json.dumps(
+            {
+                "calls": n,
+                "serves": serves_out,
+                "forwarders_one_by_one": _cell(fwd_solo_samples),
+                "hop_ms": (percentile(fwd_solo_samples, 0.5) - percentile(m.solos[0].samples, 0.5))
+                * 1000,
+                "acked_per_s": 3 * n / m.acked_wall,
+                "applied_per_s": (3 * n - sum(r.dropped for r in m.runs)) / m.applied_wall,
+                "dropped": m.final["write_queue_dropped"],
+                "load": m.load_end,
             }
-
-        serves_out = {}
-        for k, (serve, run, solo) in enumerate(zip(serves, runs, solos, strict=True)):
-            serves_out[names[k]] = {
-                "pid": serve.pid,
-                "acked_per_s": len(run.samples) / run.wall_s,
-                "ack": cell(run.samples),
-                "one_by_one": cell(solo.samples),
-                "stats": cell(stats_solo[k]),
-                "dropped": run.dropped + solo.dropped,
-                "peak_rss_kib": rss[k],
-            }
-        fwd_solo_samples = [x for r in solos[1:] for x in r.samples]
-        print(
-            json.dumps(
-                {
-                    "calls": n,
-                    "serves": serves_out,
-                    "forwarders_one_by_one": cell(fwd_solo_samples),
-                    "hop_ms": (
-                        percentile(fwd_solo_samples, 0.5) - percentile(solos[0].samples, 0.5)
-                    )
-                    * 1000,
-                    "acked_per_s": 3 * n / acked_wall,
-                    "applied_per_s": (3 * n - sum(r.dropped for r in runs)) / applied_wall,
-                    "dropped": final["write_queue_dropped"],
-                    "load": load_end,
-                }
-            )
         )
-        assert dropped == 0 and final["write_queue_dropped"] == 0, "a write was dropped"
-        return 0
+    )
+
+
+def _row(label: str, pid: str, acked: float, samples: list[float], solo: list[float],
+         stats: list[float], drops: str, rss: str) -> None:  # fmt: skip
+    print(
+        f"{label:<12} {pid:>7} {acked:>8.1f} {len(samples) / sum(samples):>10.0f} "
+        f"{ms(samples, 0.5):>8} {ms(samples, 0.99):>8} {ms(solo, 0.5):>8} "
+        f"{ms(solo, 0.99):>8} {ms(stats, 0.5):>9} {drops:>7} {rss:>9}"
+    )
+
+
+def print_table(m: Measured) -> None:
+    n, runs, solos, rss, final = m.args.calls, m.runs, m.solos, m.rss, m.final
     print(
         f"one hub + two forwarders, session {SESSION}, SQLite, MiniLM int8 (1 thread); "
-        f"{n} derives through each at once ({3 * n} total), {args.agents} agents per client; "
-        f"{os.cpu_count()} cores, load average {load_concurrent} after the concurrent phase, "
-        f"{load_end} at the end (1/5/15 min)"
+        f"{n} derives through each at once ({3 * n} total), {m.args.agents} agents per client; "
+        f"{os.cpu_count()} cores, load average {m.load_concurrent} after the concurrent phase, "
+        f"{m.load_end} at the end (1/5/15 min)"
     )
     head = (
         f"{'serve':<12} {'pid':>7} {'acked/s':>8} {'ack-only/s':>10} {'ack p50':>8} "
@@ -259,40 +296,32 @@ def main() -> int:
         f"{'peak RSS':>9}"
     )
     print(head)
-
-    def row(label: str, pid: str, acked: float, samples: list[float], solo: list[float],
-            stats: list[float], drops: str, rss: str) -> None:  # fmt: skip
-        print(
-            f"{label:<12} {pid:>7} {acked:>8.1f} {len(samples) / sum(samples):>10.0f} "
-            f"{ms(samples, 0.5):>8} {ms(samples, 0.99):>8} {ms(solo, 0.5):>8} "
-            f"{ms(solo, 0.99):>8} {ms(stats, 0.5):>9} {drops:>7} {rss:>9}"
-        )
-
-    for k, (serve, run, solo) in enumerate(zip(serves, runs, solos, strict=True)):
-        row(
-            names[k],
+    for k, (serve, run, solo) in enumerate(zip(m.serves, runs, solos, strict=True)):
+        _row(
+            NAMES[k],
             str(serve.pid),
             len(run.samples) / run.wall_s,
             run.samples,
             solo.samples,
-            stats_solo[k],
+            m.stats_solo[k],
             str(run.dropped + solo.dropped),
             f"{rss[k] / 1024:.0f} MiB",
         )
-    row(
+    _row(
         "forwarders",
         "",
-        sum(len(r.samples) for r in runs[1:]) / acked_wall,
+        sum(len(r.samples) for r in runs[1:]) / m.acked_wall,
         [x for r in runs[1:] for x in r.samples],
         [x for r in solos[1:] for x in r.samples],
-        stats_solo[1] + stats_solo[2],
+        m.stats_solo[1] + m.stats_solo[2],
         str(sum(r.dropped + q.dropped for r, q in zip(runs[1:], solos[1:], strict=True))),
         f"{(rss[1] + rss[2]) / 1024:.0f} MiB",
     )
     applied = 3 * n - sum(r.dropped for r in runs)
     print(
-        f"{'total':<12} {'':>7} {3 * n / acked_wall:>8.1f}   {3 * n} acked in {acked_wall:.1f} s; "
-        f"{applied} applied in {applied_wall:.1f} s = {applied / applied_wall:.1f} writes/s"
+        f"{'total':<12} {'':>7} {3 * n / m.acked_wall:>8.1f}   {3 * n} acked in "
+        f"{m.acked_wall:.1f} s; {applied} applied in {m.applied_wall:.1f} s = "
+        f"{applied / m.applied_wall:.1f} writes/s"
     )
     hub_solo = percentile(solos[0].samples, 0.5)
     fwd_solo = percentile([x for r in solos[1:] for x in r.samples], 0.5)
@@ -300,15 +329,23 @@ def main() -> int:
         "times in ms: send the line, read the answer. acked/s: a client's derives over its wall "
         f"time, untimed window waits included ({', '.join(str(r.window_waits) for r in runs)} "
         "waits); ack-only/s: 1 / mean ack time. 1by1: "
-        f"{args.solo} derives through each serve in turn, one at a time (worker applying); "
-        f"stats: {args.solo} lambo_stats each in turn, queue drained ({final['concept_count']} "
+        f"{m.args.solo} derives through each serve in turn, one at a time (worker applying); "
+        f"stats: {m.args.solo} lambo_stats each in turn, queue drained ({final['concept_count']} "
         f"concepts). The hop adds {(fwd_solo - hub_solo) * 1000:.3f} ms to a derive at 1by1 p50; "
         "the forwarders row sums their RSS. "
         f"Server: {final['write_queue_accepted']} accepted, {final['write_queue_applied']} "
         f"applied, {final['write_queue_dropped']} dropped; ack-to-applied p50 "
         f"(write_queue_apply_ms_p50) {final['write_queue_apply_ms_p50']:.0f} ms"
     )
-    assert dropped == 0 and final["write_queue_dropped"] == 0, "a write was dropped"
+
+
+def main() -> int:
+    m = measure(parse_args())
+    if m.args.json:
+        print_json(m)
+    else:
+        print_table(m)
+    assert m.dropped == 0 and m.final["write_queue_dropped"] == 0, "a write was dropped"
     return 0
 
 

@@ -286,177 +286,219 @@ def p50_p99(cell: Result) -> str:
     return f"{cell['p50_ms']:.3f} / {cell['p99_ms']:.3f} ms"
 
 
-def build_rows(results: dict[str, Result], errors: dict[str, str], sizes: Sizes) -> list[Row]:
-    rows: list[Row] = []
+class RowBuilder:
+    """The report's rows, group by group; a bench that failed gets one row saying so."""
 
-    def failed(name: str, group: str, what: str) -> bool:
-        if name in errors:
-            rows.append(Row(group, what, f"failed ({name}: {errors[name][:80]})"))
+    def __init__(self, results: dict[str, Result], errors: dict[str, str]) -> None:
+        self.results = results
+        self.errors = errors
+        self.rows: list[Row] = []
+
+    def failed(self, name: str, group: str, what: str) -> bool:
+        if name in self.errors:
+            self.rows.append(Row(group, what, f"failed ({name}: {self.errors[name][:80]})"))
             return True
         return False
 
-    # ack latency
-    group = "ack latency, p50 / p99"
-    if not failed("writes", group, "in-process (WritePipeline.submit)"):
-        w = results["writes"]
-        busy, idle = w["busy"], w["idle"]
-        rows.append(
-            Row(
-                group,
-                "in-process, worker busy (16 agents, back to back)",
-                p50_p99(busy),
-                "p50 <= 0.3 ms",
-                busy["p50_ms"] <= 0.3,
-            )
-        )
-        rows.append(
-            Row(
-                group,
-                "in-process, worker idle (wait per write)",
-                p50_p99(idle),
-                "p50 <= 0.3 ms",
-                idle["p50_ms"] <= 0.3,
-            )
-        )
-    if not failed("stdio", group, "stdio round trip"):
-        s = results["stdio"]["rows"]
-        for key, what in (
-            ("derive_busy", "stdio, back to back (worker busy)"),
-            ("derive_idle", "stdio, worker idle"),
-        ):
-            rows.append(Row(group, what, p50_p99(s[key]), "p50 <= 2 ms", s[key]["p50_ms"] <= 2.0))
-    if not failed("clients", group, "stdio through a forwarder"):
-        c = results["clients"]
-        hub = c["serves"]["hub"]["one_by_one"]
-        fwd = c["forwarders_one_by_one"]
-        rows.append(Row(group, "stdio, one at a time, hub", p50_p99(hub)))
-        rows.append(
-            Row(
-                group,
-                "stdio, one at a time, through a forwarder",
-                f"{p50_p99(fwd)} (hop +{c['hop_ms']:.3f} ms)",
-            )
-        )
-
-    # recall latency
-    group = "recall latency, p50"
-    if not failed("recall", group, "lambo_recall"):
-        by_n = {r["n"]: r for r in results["recall"]["rows"]}
-        for n in (1_000, 10_000, 100_000):
-            what = f"{kilo(n)} concepts, excl. / incl. query embedding"
-            r = by_n.get(n)
-            if r is None:
-                rows.append(Row(group, what, "skipped (--quick)"))
-                continue
-            incl = f"{r['incl'][0]:.2f} ms" if "incl" in r else "n/a"
-            value = f"{r['excl'][0]:.2f} ms / {incl}"
-            if n == 10_000:
-                rows.append(Row(group, what, value, "excl. <= 5 ms", r["excl"][0] <= 5.0))
-            else:
-                rows.append(Row(group, what, value))
-        for r, dim in ((by_n.get(100_000), RECALL_DIM), (results["recall"].get("wide"), WIDE_DIM)):
-            if r is None:
-                continue
-            ratio = r["excl"][0] / r["floor"][0]
-            rows.append(
+    def ack_latency(self) -> None:
+        """The rows of ack latency."""
+        results = self.results
+        group = "ack latency, p50 / p99"
+        if not self.failed("writes", group, "in-process (WritePipeline.submit)"):
+            w = results["writes"]
+            busy, idle = w["busy"], w["idle"]
+            self.rows.append(
                 Row(
                     group,
-                    f"100k at {dim}-d, excl. embedding / numpy floor (M @ q)",
-                    f"{ratio:.2f}x ({r['excl'][0]:.2f} / {r['floor'][0]:.2f} ms)",
-                    "<= 1.3x floor",
-                    ratio <= 1.3,
+                    "in-process, worker busy (16 agents, back to back)",
+                    p50_p99(busy),
+                    "p50 <= 0.3 ms",
+                    busy["p50_ms"] <= 0.3,
+                )
+            )
+            self.rows.append(
+                Row(
+                    group,
+                    "in-process, worker idle (wait per write)",
+                    p50_p99(idle),
+                    "p50 <= 0.3 ms",
+                    idle["p50_ms"] <= 0.3,
+                )
+            )
+        if not self.failed("stdio", group, "stdio round trip"):
+            s = results["stdio"]["rows"]
+            for key, what in (
+                ("derive_busy", "stdio, back to back (worker busy)"),
+                ("derive_idle", "stdio, worker idle"),
+            ):
+                self.rows.append(
+                    Row(group, what, p50_p99(s[key]), "p50 <= 2 ms", s[key]["p50_ms"] <= 2.0)
+                )
+        if not self.failed("clients", group, "stdio through a forwarder"):
+            c = results["clients"]
+            hub = c["serves"]["hub"]["one_by_one"]
+            fwd = c["forwarders_one_by_one"]
+            self.rows.append(Row(group, "stdio, one at a time, hub", p50_p99(hub)))
+            self.rows.append(
+                Row(
+                    group,
+                    "stdio, one at a time, through a forwarder",
+                    f"{p50_p99(fwd)} (hop +{c['hop_ms']:.3f} ms)",
                 )
             )
 
-    # write throughput
-    group = "write throughput (MiniLM int8)"
-    if not failed("writes", group, "apply throughput"):
-        for per_call, t in results["writes"]["throughput"].items():
-            noun = "concept" if per_call == "1" else "concepts"
-            rows.append(
+    def recall_latency(self) -> None:
+        """The rows of recall latency."""
+        results = self.results
+        group = "recall latency, p50"
+        if not self.failed("recall", group, "lambo_recall"):
+            by_n = {r["n"]: r for r in results["recall"]["rows"]}
+            for n in (1_000, 10_000, 100_000):
+                what = f"{kilo(n)} concepts, excl. / incl. query embedding"
+                r = by_n.get(n)
+                if r is None:
+                    self.rows.append(Row(group, what, "skipped (--quick)"))
+                    continue
+                incl = f"{r['incl'][0]:.2f} ms" if "incl" in r else "n/a"
+                value = f"{r['excl'][0]:.2f} ms / {incl}"
+                if n == 10_000:
+                    self.rows.append(Row(group, what, value, "excl. <= 5 ms", r["excl"][0] <= 5.0))
+                else:
+                    self.rows.append(Row(group, what, value))
+            for r, dim in (
+                (by_n.get(100_000), RECALL_DIM),
+                (results["recall"].get("wide"), WIDE_DIM),
+            ):
+                if r is None:
+                    continue
+                ratio = r["excl"][0] / r["floor"][0]
+                self.rows.append(
+                    Row(
+                        group,
+                        f"100k at {dim}-d, excl. embedding / numpy floor (M @ q)",
+                        f"{ratio:.2f}x ({r['excl'][0]:.2f} / {r['floor'][0]:.2f} ms)",
+                        "<= 1.3x floor",
+                        ratio <= 1.3,
+                    )
+                )
+
+    def write_throughput(self) -> None:
+        """The rows of write throughput."""
+        results = self.results
+        group = "write throughput (MiniLM int8)"
+        if not self.failed("writes", group, "apply throughput"):
+            for per_call, t in results["writes"]["throughput"].items():
+                noun = "concept" if per_call == "1" else "concepts"
+                self.rows.append(
+                    Row(
+                        group,
+                        f"{per_call} {noun} per call, in-process, 1 thread",
+                        f"{t['writes_per_s']:.1f} writes/s ({t['concepts_per_s']:.0f} concepts/s)",
+                    )
+                )
+        if "clients" in results:
+            c = results["clients"]
+            self.rows.append(
                 Row(
                     group,
-                    f"{per_call} {noun} per call, in-process, 1 thread",
-                    f"{t['writes_per_s']:.1f} writes/s ({t['concepts_per_s']:.0f} concepts/s)",
+                    "1 concept per call, hub + 2 forwarders at once (applied)",
+                    f"{c['applied_per_s']:.1f} writes/s",
                 )
             )
-    if "clients" in results:
-        c = results["clients"]
-        rows.append(
-            Row(
-                group,
-                "1 concept per call, hub + 2 forwarders at once (applied)",
-                f"{c['applied_per_s']:.1f} writes/s",
+
+    def startup(self) -> None:
+        """The rows of startup."""
+        results = self.results
+        group = "startup, spawn -> tools/list"
+        if not self.failed("startup", group, "startup"):
+            s = results["startup"]
+            n = s["installed"]["runs"]
+            for key, what, target in (
+                ("installed", f"installed `lambo`, later runs (median of {n})", 1.5),
+                ("pyz_later", f".pyz, later runs (median of {n})", 1.5),
+                ("pyz_first", f".pyz, first run, empty unpack cache (median of {n})", None),
+            ):
+                median = s[key]["median_s"]
+                if target is None:
+                    self.rows.append(Row(group, what, f"{median:.2f} s"))
+                else:
+                    self.rows.append(
+                        Row(group, what, f"{median:.2f} s", "<= 1.5 s", median <= target)
+                    )
+
+    def store(self) -> None:
+        """The rows of store."""
+        results = self.results
+        group = "store (SQLite, random vectors)"
+        if not self.failed("store", group, "SessionIndex.open"):
+            s = results["store"]
+            n = s["concepts"]
+            full = n >= 100_000
+            self.rows.append(
+                Row(
+                    group,
+                    f"open {kilo(n)} concepts x {s['dim']}-d (SessionIndex.open)",
+                    f"{s['open_s']:.2f} s",
+                    "<= 3 s" if full else "",
+                    s["open_s"] <= 3.0 if full else None,
+                )
             )
-        )
-
-    # startup
-    group = "startup, spawn -> tools/list"
-    if not failed("startup", group, "startup"):
-        s = results["startup"]
-        n = s["installed"]["runs"]
-        for key, what, target in (
-            ("installed", f"installed `lambo`, later runs (median of {n})", 1.5),
-            ("pyz_later", f".pyz, later runs (median of {n})", 1.5),
-            ("pyz_first", f".pyz, first run, empty unpack cache (median of {n})", None),
-        ):
-            median = s[key]["median_s"]
-            if target is None:
-                rows.append(Row(group, what, f"{median:.2f} s"))
-            else:
-                rows.append(Row(group, what, f"{median:.2f} s", "<= 1.5 s", median <= target))
-
-    # store
-    group = "store (SQLite, random vectors)"
-    if not failed("store", group, "SessionIndex.open"):
-        s = results["store"]
-        n = s["concepts"]
-        full = n >= 100_000
-        rows.append(
-            Row(
-                group,
-                f"open {kilo(n)} concepts x {s['dim']}-d (SessionIndex.open)",
-                f"{s['open_s']:.2f} s",
-                "<= 3 s" if full else "",
-                s["open_s"] <= 3.0 if full else None,
+            v = s["vectors"][str(n)]
+            ratio = v["topk_ms"] / v["floor_ms"]
+            self.rows.append(
+                Row(
+                    group,
+                    f"vector top-10 at {kilo(n)}, p50 / numpy floor",
+                    f"{ratio:.2f}x ({v['topk_ms']:.2f} vs {v['floor_ms']:.2f} ms)",
+                    "<= 1.3x floor" if full else "",
+                    ratio <= 1.3 if full else None,
+                )
             )
-        )
-        v = s["vectors"][str(n)]
-        ratio = v["topk_ms"] / v["floor_ms"]
-        rows.append(
-            Row(
-                group,
-                f"vector top-10 at {kilo(n)}, p50 / numpy floor",
-                f"{ratio:.2f}x ({v['topk_ms']:.2f} vs {v['floor_ms']:.2f} ms)",
-                "<= 1.3x floor" if full else "",
-                ratio <= 1.3 if full else None,
-            )
-        )
 
-    # RSS per process
-    group = "peak RSS per process"
-    if not failed("clients", group, "hub + 2 forwarders"):
-        for name, serve in results["clients"]["serves"].items():
-            role = " (holds the session, loads the model)" if name == "hub" else ""
-            rows.append(Row(group, f"{name}{role}", f"{serve['peak_rss_kib'] / 1024:.0f} MiB"))
+    def rss(self) -> None:
+        """The rows of RSS per process."""
+        results = self.results
+        group = "peak RSS per process"
+        if not self.failed("clients", group, "hub + 2 forwarders"):
+            for name, serve in results["clients"]["serves"].items():
+                role = " (holds the session, loads the model)" if name == "hub" else ""
+                self.rows.append(
+                    Row(group, f"{name}{role}", f"{serve['peak_rss_kib'] / 1024:.0f} MiB")
+                )
 
-    # recall quality
-    group = "recall quality, recall@5 / MRR@10"
-    if not failed("quality", group, "labelled set"):
-        configs = results["quality"]["configs"]
-        for key, what in (
-            ("keyword", "keyword only"),
-            ("vector", "vector only"),
-            ("fused_sum", "keyword + vector, fused sum (default)"),
-            ("fused_max", "keyword + vector, fused max"),
-        ):
-            labels = QUALITY_ROWS[key]
-            # a single leg at its better setting (raw or rescaled), as the bench's bar
-            label = max(labels, key=lambda k: (configs[k]["mrr10"], configs[k]["recall5"]))
-            q = configs[label]
-            shown = what if len(labels) == 1 else f"{what} ({label.split(', ')[-1]})"
-            rows.append(Row(group, shown, f"{q['recall5']:.3f} / {q['mrr10']:.3f}"))
-    return rows
+    def recall_quality(self) -> None:
+        """The rows of recall quality."""
+        results = self.results
+        group = "recall quality, recall@5 / MRR@10"
+        if not self.failed("quality", group, "labelled set"):
+            configs = results["quality"]["configs"]
+            for key, what in (
+                ("keyword", "keyword only"),
+                ("vector", "vector only"),
+                ("fused_sum", "keyword + vector, fused sum (default)"),
+                ("fused_max", "keyword + vector, fused max"),
+            ):
+                labels = QUALITY_ROWS[key]
+                # a single leg at its better setting (raw or rescaled), as the bench's bar
+                label = max(labels, key=lambda k: (configs[k]["mrr10"], configs[k]["recall5"]))
+                q = configs[label]
+                shown = what if len(labels) == 1 else f"{what} ({label.split(', ')[-1]})"
+                self.rows.append(Row(group, shown, f"{q['recall5']:.3f} / {q['mrr10']:.3f}"))
+
+
+def build_rows(results: dict[str, Result], errors: dict[str, str], sizes: Sizes) -> list[Row]:
+    builder = RowBuilder(results, errors)
+    for group in (
+        builder.ack_latency,
+        builder.recall_latency,
+        builder.write_throughput,
+        builder.startup,
+        builder.store,
+        builder.rss,
+        builder.recall_quality,
+    ):
+        group()
+    return builder.rows
 
 
 def met_cell(row: Row) -> str:
