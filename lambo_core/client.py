@@ -39,6 +39,7 @@ from .errors import ConflictError, ErrorKind, LamboError
 from .hub import (
     Forwarder,
     LeaseKeeper,
+    WarnOnce,
     connect_to_hub,
     holder_dead_here,
     holder_description,
@@ -176,8 +177,9 @@ async def _hub_or_free_lease(config: Config, session: str, deadline: float) -> F
     path = config.store_path
     timeout_s = float(config.get("serve.forward_timeout_s"))
     waiting = False
+    warn = WarnOnce()  # polled every HUB_POLL_S: a warning about the holder's socket once
     while True:
-        forwarder = await connect_to_hub(session, path, timeout_s=timeout_s)
+        forwarder = await connect_to_hub(session, path, timeout_s=timeout_s, warn=warn)
         if forwarder is not None:
             return forwarder
         lease = await anyio.to_thread.run_sync(read_lease, path, session)

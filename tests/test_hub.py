@@ -24,39 +24,43 @@ from typing import Any
 
 import pytest
 
-from lambo_core import hub
+import lambo_core.hub.socket_dir as socket_dirs
 from lambo_core.clock import ManualClock
 from lambo_core.errors import ConfigError, ConflictError, ParameterError
 from lambo_core.hub import (
-    HOLDER_STARTING_TEXT,
-    HOLDER_UNREACHABLE_TEXT,
     HUB_GONE_TEXT,
     MAX_LINE,
-    MAX_SOCKET_PATH,
-    SOCKET_DIR_ADVICE,
-    TOO_LARGE,
     Forwarder,
-    Handler,
     HubGone,
     HubServer,
     LeaseKeeper,
     SessionHub,
-    SocketPathTooLong,
-    check_socket_dir,
+    connect_to_hub,
     holder_dead_here,
     holder_description,
     http_refusal,
-    hub_candidates,
     hub_gone_result,
-    parse_holder,
-    pid_running,
-    prepare_socket_dir,
-    recorded_socket,
     socket_name,
-    socket_path,
+)
+from lambo_core.hub.answers import (
+    HOLDER_STARTING_TEXT,
+    HOLDER_UNREACHABLE_TEXT,
     tool_error,
     unavailable_result,
 )
+from lambo_core.hub.lease import parse_holder, pid_running
+from lambo_core.hub.socket_dir import (
+    MAX_SOCKET_PATH,
+    SOCKET_DIR_ADVICE,
+    SocketDirRefused,
+    SocketPathTooLong,
+    check_socket_dir,
+    hub_candidates,
+    prepare_socket_dir,
+    recorded_socket,
+    socket_path,
+)
+from lambo_core.hub.wire import TOO_LARGE, Handler
 from lambo_core.mcp.refusals import (
     BATCH_TEXT,
     INVALID_ID_TEXT,
@@ -201,11 +205,11 @@ def test_a_socket_dir_owned_by_another_uid_is_refused(
     runtime: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = prepare_socket_dir(runtime / "lambo")
-    monkeypatch.setattr(hub, "_current_uid", lambda: os.getuid() + 1)
+    monkeypatch.setattr(socket_dirs, "current_uid", lambda: os.getuid() + 1)
     with pytest.raises(ConfigError, match=r"owned by uid \d+, not by you") as refused:
         prepare_socket_dir(target)
     assert SOCKET_DIR_ADVICE in refused.value.message
-    assert isinstance(refused.value, hub.SocketDirRefused)
+    assert isinstance(refused.value, SocketDirRefused)
     assert refused.value.rule == "is not owned by you"  # for callers: no uid, no path
 
 
@@ -966,7 +970,7 @@ def test_a_serve_started_before_the_holder_published_forwards_once_it_does(
     assert holder.try_acquire() is not None  # holds the lease, still loading: no socket yet
 
     async def main() -> None:
-        assert await hub.connect_to_hub("s", db) is None
+        assert await connect_to_hub("s", db) is None
         serve = SessionHub(store, "s", db, "later", lambda _k: _never(), settle_wait=0.05)
         server = HubServer(named("loaded"), own_socket(runtime, db))
         try:
@@ -978,7 +982,7 @@ def test_a_serve_started_before_the_holder_published_forwards_once_it_does(
             await server.start()
             await eventually(lambda: serve.role == "forwarder")
             assert (await serve.call("t", {}))["structuredContent"]["who"] == "loaded"
-            cli = await hub.connect_to_hub("s", db)
+            cli = await connect_to_hub("s", db)
             assert cli is not None and cli.path == serve.socket
             assert (await cli.call("t", {}))["structuredContent"]["who"] == "loaded"
             await cli.close()
@@ -1130,7 +1134,7 @@ def test_a_holder_is_found_through_its_lease_from_any_environment(runtime: Path,
             assert not (other / "lambo" / socket_name("s", db)).exists()
             # a one-shot caller (the CLI) finds it from the store file too, in any environment
             for env in ({}, {"XDG_RUNTIME_DIR": str(other)}):
-                cli = await hub.connect_to_hub("s", db, env)
+                cli = await connect_to_hub("s", db, env)
                 assert cli is not None and cli.path == published
                 assert (await cli.call("t", {}))["structuredContent"]["who"] == "holder"
                 await cli.close()
@@ -1215,7 +1219,7 @@ def test_a_holder_that_can_publish_nowhere_serves_its_client_and_others_hear_the
         raise OSError(28, "No space left on device")
 
     good = _short_dir()
-    monkeypatch.setattr("lambo_core.hub.tempfile.mkdtemp", no_private_dir)
+    monkeypatch.setattr("lambo_core.hub.election.tempfile.mkdtemp", no_private_dir)
     stores = [SqliteStore(db) for _ in range(3)]
 
     async def main() -> None:
