@@ -81,8 +81,8 @@ def merge_threshold(config: Config) -> tuple[float, str]:
     if configured > 0:
         return resolve_merge_threshold(configured, None, None)
     try:
-        from .embed.onnx import ModelManifest
-        from .embed.pull import resolve_model_dir
+        from .embed.installed import resolve_model_dir
+        from .embed.manifest import ModelManifest
 
         manifest = ModelManifest.read(resolve_model_dir(config))
     except Exception:  # no model installed: the uncalibrated default, said so

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from lambo_core.embed.importer import import_model
 from lambo_core.embed.onnx import OnnxEmbedder
-from lambo_core.embed.pull import import_model
 from tests.embed_fixtures import minilm_source_dir
 
 # What lambo reads from the environment besides LAMBO_* (tests/test_environment.py fails on any

@@ -10,8 +10,9 @@ import pytest
 
 from lambo_core.config import load_config
 from lambo_core.embed.catalog import BGE_M3, CATALOG, DEFAULT_MODEL, MINILM, catalog_entry
-from lambo_core.embed.onnx import OnnxEmbedder, _plain_name
-from lambo_core.embed.pull import import_model
+from lambo_core.embed.importer import import_model
+from lambo_core.embed.manifest import plain_name
+from lambo_core.embed.onnx import OnnxEmbedder
 from tests.embed_fixtures import minilm_source_dir
 
 # The calibration set for MINILM.merge_threshold. RESTATEMENTS say one fact twice in
@@ -142,7 +143,7 @@ def test_every_entry_is_pinned_and_complete(entry: object) -> None:
     for f in entry.files:
         assert re.fullmatch(r"[0-9a-f]{40}", f.revision), "pin a commit, not a branch"
         assert re.fullmatch(r"[\w.-]+/[\w.-]+", f.repo)
-        assert _plain_name(f.local) and _plain_name(f.path)
+        assert plain_name(f.local) and plain_name(f.path)
     assert 0.0 < entry.merge_threshold < 1.0
     assert entry.quantization in ("int8-dynamic", "int8-weight-only", "float")
 
@@ -176,7 +177,7 @@ def test_minilm_merge_threshold_is_the_calibrated_midpoint(minilm: OnnxEmbedder)
 
 
 def test_the_pypi_minilm_is_weight_only(tmp_path: Path) -> None:
-    from lambo_core.embed.onnx import scan_onnx
+    from lambo_core.embed.graph_scan import scan_onnx
     from tests.embed_fixtures import minilm_files
 
     scan = scan_onnx(minilm_files()[0])

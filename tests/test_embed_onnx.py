@@ -12,19 +12,19 @@ import pytest
 
 from lambo_core.config import load_config
 from lambo_core.embed.base import Embedder, QueryCache
+from lambo_core.embed.graph_scan import scan_onnx
+from lambo_core.embed.importer import import_model
+from lambo_core.embed.installed import resolve_model_dir
+from lambo_core.embed.manifest import MANIFEST_NAME, ModelManifest
 from lambo_core.embed.onnx import (
-    MANIFEST_NAME,
     EmbedderLoading,
     LazyEmbedder,
-    ModelManifest,
     OnnxEmbedder,
     _forget_loaded,
     load_embedder,
     read_contract,
-    scan_onnx,
     wants_embedder,
 )
-from lambo_core.embed.pull import import_model, resolve_model_dir
 from lambo_core.errors import ConfigError, ParameterError
 from tests.embed_fixtures import (
     PARAPHRASES,

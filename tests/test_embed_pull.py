@@ -21,14 +21,12 @@ from lambo_core.cli.model import model_group
 from lambo_core.config import load_config
 from lambo_core.embed import catalog as catalog_module
 from lambo_core.embed.catalog import BGE_M3, CatalogFile, CatalogModel
-from lambo_core.embed.onnx import MANIFEST_NAME, ModelManifest, OnnxEmbedder, _forget_loaded
-from lambo_core.embed.pull import (
-    ModelFetchError,
-    Progress,
-    list_models,
-    pull_model,
-    verify_model,
-)
+from lambo_core.embed.download import ModelFetchError, pull_model
+from lambo_core.embed.installed import list_models
+from lambo_core.embed.manifest import MANIFEST_NAME, ModelManifest
+from lambo_core.embed.onnx import OnnxEmbedder, _forget_loaded
+from lambo_core.embed.progress import Progress
+from lambo_core.embed.verify import verify_model
 from lambo_core.errors import ConfigError, DownloadError, ErrorKind, ParameterError
 from tests.embed_fixtures import FakeHub, HubFile, minilm_source_dir, tiny_bge_m3, unit
 
@@ -436,7 +434,7 @@ def test_cli_verify_catches_a_changed_file(tmp_path: Path, lambo_home: Path) -> 
 
 
 def test_verify_reports_contract_and_timing(tmp_path: Path) -> None:
-    from lambo_core.embed.pull import import_model
+    from lambo_core.embed.importer import import_model
 
     models = tmp_path / "models"
     import_model(minilm_source_dir(tmp_path / "src"), "mini", models, "mean")

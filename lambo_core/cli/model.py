@@ -38,7 +38,7 @@ def pull_cmd(ctx: click.Context, name: str | None, force: bool) -> None:
     hub, and installs only when every file verified. Progress goes to stderr.
     """
     from ..embed.catalog import CATALOG, DEFAULT_MODEL
-    from ..embed.pull import pull_model
+    from ..embed.download import pull_model
 
     config = root_config(ctx)
     if name is None:
@@ -73,8 +73,8 @@ def import_cmd(
     max_length: int | None,
 ) -> None:
     """Copy a local ONNX model directory (model + tokenizer.json) into lambo's cache."""
-    from ..embed.onnx import ModelManifest
-    from ..embed.pull import import_model
+    from ..embed.importer import import_model
+    from ..embed.manifest import ModelManifest
 
     config = root_config(ctx)
     path = import_model(
@@ -99,7 +99,7 @@ def import_cmd(
 @reports_errors
 def list_cmd(ctx: click.Context) -> None:
     """Installed models with their size and embedding contract."""
-    from ..embed.pull import list_models
+    from ..embed.installed import list_models
 
     config = root_config(ctx)
     models = list_models(config.paths.models_dir)
@@ -125,7 +125,7 @@ def list_cmd(ctx: click.Context) -> None:
 @reports_errors
 def verify_cmd(ctx: click.Context, name: str | None, no_hash: bool) -> None:
     """Check a model's files, load it, embed a probe text; print contract and timing."""
-    from ..embed.pull import verify_model
+    from ..embed.verify import verify_model
 
     config = root_config(ctx)
     target = name or str(config.get("embedder.model"))

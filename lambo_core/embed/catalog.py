@@ -160,7 +160,8 @@ def supersession_line_measured(contract: Mapping[str, Any] | None) -> bool:
     Only this project's ONNX embedder's catalog models have measurements; a
     contract's model is null for the default model (bge-m3).
     """
-    if not contract or contract.get("kind") != "onnx":  # onnx.KIND (onnx.py imports this module)
+    # "onnx" is manifest.KIND, spelled out because manifest.py imports this module
+    if not contract or contract.get("kind") != "onnx":
         return False
     entry = CATALOG.get(contract.get("model") or DEFAULT_MODEL)
     if entry is None or entry.supersession_precision is None:

@@ -1,34 +1,22 @@
-"""``OnnxEmbedder``: any Hugging-Face-style ONNX directory run by onnxruntime.
+"""``OnnxEmbedder``: a Hugging-Face-style ONNX model directory run by onnxruntime.
 
-A model directory holds the ONNX graph, ``tokenizer.json`` and the manifest
-lambo writes, ``lambo-model.json`` (``ModelManifest``): pooling, output,
-width, token limit, pad token and the files with their sizes and sha256.
-
-How a call runs: every text is tokenized once (truncated at the max length),
-the texts are sorted by token count so each batch holds texts of similar
-length, each batch is padded to its own longest text and bounded by count and
-by padded tokens (long texts in big batches are what blow memory up), and the
-rows come back in input order. The graph's output decides the pooling: a
-per-token ``[b, s, h]`` output (``last_hidden_state``) is pooled by CLS or by
-the attention-masked mean; an already-pooled ``[b, h]`` output (bge-m3's
-``dense_vecs``) is taken as it is. Either way rows are L2-normalized.
-
-One model per process: ``load_embedder(config)`` loads once and hands the
-same embedder to every caller; ``LazyEmbedder`` loads it in a background
-thread so a serve can answer before the model is ready.
+Each call tokenizes every text once (truncated at the max length), sorts the texts
+by token count, cuts them into batches bounded by count and by padded tokens (long
+texts in big batches are what blow memory up), pads each batch to its own longest
+text, and returns the rows in input order, L2-normalized. The graph's output says
+the pooling: per-token ``[b, s, h]`` is pooled by CLS or the masked mean, an
+already-pooled ``[b, h]`` (bge-m3's ``dense_vecs``) is taken as it is. The model
+directory and its ``lambo-model.json`` are described in ``manifest.py``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import mmap
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,20 +30,16 @@ from .base import (
     QUERY_CACHE_SIZE,
     EmbeddingContract,
     QueryCache,
-    make_contract,
     normalize_rows,
 )
-from .catalog import DEFAULT_MODEL
+from .installed import resolve_model_dir
+from .manifest import ModelManifest
 
 if TYPE_CHECKING:
     from ..config import Config
     from .base import Embedder
 
 log = logging.getLogger("lambo.embed")
-
-MANIFEST_NAME = "lambo-model.json"
-MANIFEST_FORMAT = 1
-KIND = "onnx"
 
 # Padded tokens per batch. A batch of 32 texts at 8192 tokens would be 256k
 # tokens, and attention memory grows with the square of the length; 16k keeps
@@ -64,294 +48,6 @@ MAX_BATCH_TOKENS = 16_384
 
 # The inputs lambo knows how to fill; a graph wanting anything else is refused.
 _KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-# Ops that mean real int8 arithmetic (activations quantized at run time) versus
-# int8 storage that is turned back into float before a float MatMul.
-_INT8_COMPUTE_OPS = frozenset(
-    {
-        "MatMulInteger",
-        "DynamicQuantizeMatMul",
-        "MatMulIntegerToFloat",
-        "QLinearMatMul",
-        "QAttention",
-        "QGemm",
-        "DynamicQuantizeLinear",
-    }
-)
-_WEIGHT_ONLY_OPS = frozenset({"MatMulNBits", "DequantizeLinear", "GatherBlockQuantized"})
-
-
-# --------------------------------------------------------------------------- manifest
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ModelManifest:
-    """``lambo-model.json``: how to run the model in this directory."""
-
-    name: str
-    model_file: str
-    tokenizer_file: str
-    pooling: str  # "cls" | "mean"; used when the output is per-token
-    output: str | int  # an output name, or its index among the graph's outputs
-    dim: int
-    max_length: int
-    token_type_ids: bool
-    pad_id: int
-    pad_token: str
-    normalize: bool = True
-    merge_threshold: float | None = None
-    quantization: str = "unknown"
-    files: dict[str, FileRecord] = field(default_factory=dict)
-    source: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": MANIFEST_FORMAT,
-            "name": self.name,
-            "model_file": self.model_file,
-            "tokenizer_file": self.tokenizer_file,
-            "pooling": self.pooling,
-            "output": self.output,
-            "normalize": self.normalize,
-            "dim": self.dim,
-            "max_length": self.max_length,
-            "token_type_ids": self.token_type_ids,
-            "pad_id": self.pad_id,
-            "pad_token": self.pad_token,
-            "merge_threshold": self.merge_threshold,
-            "quantization": self.quantization,
-            "files": {k: {"size": v.size, "sha256": v.sha256} for k, v in self.files.items()},
-            "source": self.source,
-        }
-
-    @classmethod
-    def from_json(cls, data: object, where: str) -> ModelManifest:
-        """Check every field; a refusal names the field and the rule, never the file's text."""
-
-        def bad(fieldname: str, rule: str) -> ConfigError:
-            return ConfigError(f"{MANIFEST_NAME} of model {where}: {fieldname} {rule}")
-
-        if not isinstance(data, dict):
-            raise bad("the file", "must hold a JSON object")
-        if data.get("format") != MANIFEST_FORMAT:
-            raise bad("format", f"must be {MANIFEST_FORMAT}")
-
-        def text(key: str) -> str:
-            value = data.get(key)
-            if not isinstance(value, str) or not value:
-                raise bad(key, "must be a non-empty string")
-            return value
-
-        def integer(key: str, low: int) -> int:
-            value = data.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise bad(key, f"must be an integer of at least {low}")
-            return value
-
-        def flag(key: str) -> bool:
-            value = data.get(key)
-            if not isinstance(value, bool):
-                raise bad(key, "must be true or false")
-            return value
-
-        pooling = text("pooling")
-        if pooling not in ("cls", "mean"):
-            raise bad("pooling", "must be cls or mean")
-        output = data.get("output")
-        if isinstance(output, bool) or not isinstance(output, str | int) or output == "":
-            raise bad("output", "must be an output name or index")
-        if isinstance(output, int) and output < 0:
-            raise bad("output", "must be an output name or index")
-        if not flag("normalize"):
-            raise bad("normalize", "must be true: lambo compares unit vectors")
-        threshold = data.get("merge_threshold")
-        if threshold is not None and (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, int | float)
-            or not 0.0 < threshold <= 1.0
-        ):
-            raise bad("merge_threshold", "must be null or a number in (0, 1]")
-        raw_files = data.get("files", {})
-        if not isinstance(raw_files, dict):
-            raise bad("files", "must be an object")
-        files: dict[str, FileRecord] = {}
-        for fname, rec in raw_files.items():
-            if not _plain_name(fname):
-                raise bad("files", "must name files inside the model directory")
-            if (
-                not isinstance(rec, dict)
-                or not isinstance(rec.get("size"), int)
-                or not isinstance(rec.get("sha256"), str)
-            ):
-                raise bad(f"files.{fname}", "must be {size, sha256}")
-            files[fname] = FileRecord(int(rec["size"]), str(rec["sha256"]))
-        model_file = text("model_file")
-        tokenizer_file = text("tokenizer_file")
-        for key, value in (("model_file", model_file), ("tokenizer_file", tokenizer_file)):
-            if not _plain_name(value):
-                raise bad(key, "must name a file inside the model directory")
-        source = data.get("source", {})
-        if not isinstance(source, dict):
-            raise bad("source", "must be an object")
-        quantization = data.get("quantization", "unknown")
-        return cls(
-            name=text("name"),
-            model_file=model_file,
-            tokenizer_file=tokenizer_file,
-            pooling=pooling,
-            output=output,
-            normalize=True,
-            dim=integer("dim", 1),
-            max_length=integer("max_length", 2),
-            token_type_ids=flag("token_type_ids"),
-            pad_id=integer("pad_id", 0),
-            pad_token=text("pad_token"),
-            merge_threshold=None if threshold is None else float(threshold),
-            quantization=quantization if isinstance(quantization, str) else "unknown",
-            files=files,
-            source=source,
-        )
-
-    @classmethod
-    def read(cls, model_dir: Path, where: str | None = None) -> ModelManifest:
-        where = where or model_dir.name
-        path = model_dir / MANIFEST_NAME
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(
-                f"model {where} has no {MANIFEST_NAME}; register the directory with "
-                "`lambo model import DIR --name NAME`"
-            ) from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(
-                f"{MANIFEST_NAME} of model {where} could not be read as JSON", detail=repr(exc)
-            ) from None
-        return cls.from_json(data, where)
-
-    def write(self, model_dir: Path) -> None:
-        path = model_dir / MANIFEST_NAME
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            json.dump(self.to_json(), fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-
-    def contract(self) -> EmbeddingContract:
-        # The spec: model is null for the embedder's default model.
-        return make_contract(KIND, None if self.name == DEFAULT_MODEL else self.name, self.dim)
-
-
-def _plain_name(name: object) -> bool:
-    """A relative path that stays inside the model directory."""
-    if not isinstance(name, str) or not name or name.startswith(("/", "\\")):
-        return False
-    parts = name.replace("\\", "/").split("/")
-    return all(p not in ("", ".", "..") for p in parts)
-
-
-# --------------------------------------------------------------------------- graph scan
-
-
-@dataclass(frozen=True)
-class GraphScan:
-    """What a protobuf walk of an ``.onnx`` file found, without loading it."""
-
-    op_types: Counter[str]
-    int8_initializers: int
-    external_data: frozenset[str]
-
-    @property
-    def quantization(self) -> str:
-        """``int8-dynamic`` (int8 MatMuls), ``int8-weight-only``, or ``float``."""
-        ops = set(self.op_types)
-        if ops & _INT8_COMPUTE_OPS:
-            return "int8-dynamic"
-        if ops & _WEIGHT_ONLY_OPS or self.int8_initializers:
-            return "int8-weight-only"
-        return "float"
-
-
-def _varint(buf: Any, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return result, pos
-
-
-def _fields(buf: Any, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value) of one protobuf message; length-delimited values
-    are (start, end) offsets so large tensors are skipped, never copied."""
-    pos = start
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-            yield number, wire, value
-        elif wire == 1:
-            yield number, wire, None
-            pos += 8
-        elif wire == 5:
-            yield number, wire, None
-            pos += 4
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            yield number, wire, (pos, pos + length)
-            pos += length
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-
-
-def scan_onnx(path: Path) -> GraphScan:
-    """Op types, int8 initializers and external data files of an ONNX model.
-
-    A minimal walk of the protobuf (ModelProto.graph=7; GraphProto.node=1,
-    initializer=5; NodeProto.op_type=4; TensorProto.data_type=2,
-    external_data=13 with key/value 1/2), so lambo needs no ``onnx`` package.
-    """
-    ops: Counter[str] = Counter()
-    int8 = 0
-    external: set[str] = set()
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        for number, wire, value in _fields(buf, 0, len(buf)):
-            if number != 7 or wire != 2:
-                continue
-            for g_num, g_wire, g_val in _fields(buf, *value):
-                if g_wire != 2:
-                    continue
-                if g_num == 1:
-                    for n_num, n_wire, n_val in _fields(buf, *g_val):
-                        if n_num == 4 and n_wire == 2:
-                            ops[bytes(buf[n_val[0] : n_val[1]]).decode("utf-8", "replace")] += 1
-                elif g_num == 5:
-                    for t_num, t_wire, t_val in _fields(buf, *g_val):
-                        if t_num == 2 and t_wire == 0 and t_val in (2, 3):  # UINT8, INT8
-                            int8 += 1
-                        elif t_num == 13 and t_wire == 2:
-                            entry = dict(
-                                (k, bytes(buf[v[0] : v[1]]).decode("utf-8", "replace"))
-                                for k, w, v in _fields(buf, *t_val)
-                                if w == 2
-                            )
-                            if entry.get(1) == "location" and 2 in entry:
-                                external.add(entry[2])
-    return GraphScan(ops, int8, frozenset(external))
-
-
-# --------------------------------------------------------------------------- the embedder
 
 
 @dataclass(frozen=True)
@@ -376,106 +72,25 @@ class OnnxEmbedder:
         expected_dim: int = 0,
         query_cache_size: int = QUERY_CACHE_SIZE,
     ) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
-
         if batch_size < 1:
             raise ParameterError("batch_size must be at least 1")
         if threads < 0 or max_length < 0 or max_batch_tokens < 1:
             raise ParameterError("threads and max_length must be >= 0, max_batch_tokens >= 1")
         self.model_dir = Path(model_dir)
         self.manifest = manifest = ModelManifest.read(self.model_dir)
-        name = manifest.name
-        for fname, rec in manifest.files.items():
-            try:
-                size = (self.model_dir / fname).stat().st_size
-            except OSError:
-                raise ConfigError(
-                    f"model {name} is missing its file {fname}; pull or import it again"
-                ) from None
-            if size != rec.size:
-                raise ConfigError(
-                    f"model {name}: {fname} is {size} bytes but the manifest says {rec.size}; "
-                    "pull or import it again"
-                )
+        _check_files(self.model_dir, manifest)
         if expected_dim and expected_dim != manifest.dim:
             raise ConfigError(
-                f"embedder.dim is {expected_dim} but model {name} makes {manifest.dim}-d vectors; "
-                "set embedder.dim = 0 to take the model's own"
-            )
-
-        # --- tokenizer: truncate at the max length, no fixed padding (we pad per batch)
-        try:
-            tokenizer = Tokenizer.from_file(str(self.model_dir / manifest.tokenizer_file))
-        except Exception as exc:
-            raise ConfigError(
-                f"model {name}: {manifest.tokenizer_file} is not a tokenizers JSON file",
-                detail=repr(exc),
-            ) from None
-        if tokenizer.token_to_id(manifest.pad_token) != manifest.pad_id:
-            raise ConfigError(
-                f"model {name}: pad_token {manifest.pad_token} is not id {manifest.pad_id} "
-                "in its tokenizer"
+                f"embedder.dim is {expected_dim} but model {manifest.name} makes "
+                f"{manifest.dim}-d vectors; set embedder.dim = 0 to take the model's own"
             )
         self.max_length = (
             min(max_length, manifest.max_length) if max_length else manifest.max_length
         )
-        # Shipped tokenizers often pad to a fixed length (the test MiniLM pads to
-        # 128): reset it. Padding is done per sorted batch in _pad, because the
-        # tokenizer's own pad-to-longest would pad a whole call to its longest text.
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-        tokenizer.enable_truncation(max_length=self.max_length)
-        self._tokenizer = tokenizer
-
-        # --- session
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or (os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        # No spin-waiting between ops: a serve shares its cores with the agent and
-        # its tools, and with cores busy, spinning workers starve each other.
-        # Measured here with the MiniLM (2 threads, load ~2.5 on 2 cores, A/B
-        # interleaved): batch 1 85 -> 166 sentences/s, batch 32 176 -> 432;
-        # 1 thread unchanged. It also stops burning CPU between calls.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            self._session = ort.InferenceSession(
-                str(self.model_dir / manifest.model_file),
-                sess_options=options,
-                providers=["CPUExecutionProvider"],
-            )
-        except Exception as exc:
-            raise ConfigError(
-                f"model {name}: onnxruntime could not load {manifest.model_file}",
-                detail=repr(exc),
-            ) from None
-        self.threads = options.intra_op_num_threads
-        self._inputs: dict[str, np.dtype[Any]] = {}
-        for meta in self._session.get_inputs():
-            if meta.name not in _KNOWN_INPUTS:
-                raise ConfigError(
-                    f"model {name} wants an input lambo cannot feed: {meta.name} "
-                    f"(lambo feeds {', '.join(_KNOWN_INPUTS)})"
-                )
-            self._inputs[meta.name] = np.dtype(
-                np.int32 if meta.type == "tensor(int32)" else np.int64
-            )
-        if "input_ids" not in self._inputs:
-            raise ConfigError(f"model {name} has no input_ids input")
-        outputs: list[str] = [str(o.name) for o in self._session.get_outputs()]
-        if isinstance(manifest.output, int):
-            if manifest.output >= len(outputs):
-                raise ConfigError(f"model {name}: output {manifest.output} does not exist")
-            self._output = outputs[manifest.output]
-        elif manifest.output in outputs:
-            self._output = manifest.output
-        else:
-            raise ConfigError(
-                f"model {name} has no output {manifest.output}; it has {', '.join(outputs)}"
-            )
+        self._tokenizer = _open_tokenizer(self.model_dir, manifest, self.max_length)
+        self._session, self.threads = _open_session(self.model_dir, manifest, threads)
+        self._inputs = _graph_inputs(self._session, manifest.name)
+        self._output = _graph_output(self._session, manifest)
 
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
@@ -643,6 +258,107 @@ class OnnxEmbedder:
         return normalize_rows(pooled)
 
 
+def _check_files(model_dir: Path, manifest: ModelManifest) -> None:
+    """Every file the manifest lists is there at its size (the hashes are `verify`'s job)."""
+    for fname, rec in manifest.files.items():
+        try:
+            size = (model_dir / fname).stat().st_size
+        except OSError:
+            raise ConfigError(
+                f"model {manifest.name} is missing its file {fname}; pull or import it again"
+            ) from None
+        if size != rec.size:
+            raise ConfigError(
+                f"model {manifest.name}: {fname} is {size} bytes but the manifest says "
+                f"{rec.size}; pull or import it again"
+            )
+
+
+def _open_tokenizer(model_dir: Path, manifest: ModelManifest, max_length: int) -> Any:
+    """The tokenizer, truncating at ``max_length`` and padding nothing (batches pad)."""
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(model_dir / manifest.tokenizer_file))
+    except Exception as exc:
+        raise ConfigError(
+            f"model {manifest.name}: {manifest.tokenizer_file} is not a tokenizers JSON file",
+            detail=repr(exc),
+        ) from None
+    if tokenizer.token_to_id(manifest.pad_token) != manifest.pad_id:
+        raise ConfigError(
+            f"model {manifest.name}: pad_token {manifest.pad_token} is not id "
+            f"{manifest.pad_id} in its tokenizer"
+        )
+    # Shipped tokenizers often pad to a fixed length (the test MiniLM pads to
+    # 128): reset it. Padding is done per sorted batch in _pad, because the
+    # tokenizer's own pad-to-longest would pad a whole call to its longest text.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    tokenizer.enable_truncation(max_length=max_length)
+    return tokenizer
+
+
+def _open_session(model_dir: Path, manifest: ModelManifest, threads: int) -> tuple[Any, int]:
+    """The onnxruntime session and the number of threads it runs ops on."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or (os.cpu_count() or 1)
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    # No spin-waiting between ops: a serve shares its cores with the agent and
+    # its tools, and with cores busy, spinning workers starve each other.
+    # Measured here with the MiniLM (2 threads, load ~2.5 on 2 cores, A/B
+    # interleaved): batch 1 85 -> 166 sentences/s, batch 32 176 -> 432;
+    # 1 thread unchanged. It also stops burning CPU between calls.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        session = ort.InferenceSession(
+            str(model_dir / manifest.model_file),
+            sess_options=options,
+            providers=["CPUExecutionProvider"],
+        )
+    except Exception as exc:
+        raise ConfigError(
+            f"model {manifest.name}: onnxruntime could not load {manifest.model_file}",
+            detail=repr(exc),
+        ) from None
+    return session, int(options.intra_op_num_threads)
+
+
+def _graph_inputs(session: Any, name: str) -> dict[str, np.dtype[Any]]:
+    """The graph's inputs and the integer type each is fed as; one lambo cannot fill is
+    refused."""
+    inputs: dict[str, np.dtype[Any]] = {}
+    for meta in session.get_inputs():
+        if meta.name not in _KNOWN_INPUTS:
+            raise ConfigError(
+                f"model {name} wants an input lambo cannot feed: {meta.name} "
+                f"(lambo feeds {', '.join(_KNOWN_INPUTS)})"
+            )
+        inputs[meta.name] = np.dtype(np.int32 if meta.type == "tensor(int32)" else np.int64)
+    if "input_ids" not in inputs:
+        raise ConfigError(f"model {name} has no input_ids input")
+    return inputs
+
+
+def _graph_output(session: Any, manifest: ModelManifest) -> str:
+    """The name of the output the manifest names (by name or by index)."""
+    outputs: list[str] = [str(o.name) for o in session.get_outputs()]
+    if isinstance(manifest.output, int):
+        if manifest.output >= len(outputs):
+            raise ConfigError(f"model {manifest.name}: output {manifest.output} does not exist")
+        return outputs[manifest.output]
+    if manifest.output in outputs:
+        return manifest.output
+    raise ConfigError(
+        f"model {manifest.name} has no output {manifest.output}; it has {', '.join(outputs)}"
+    )
+
+
 # --------------------------------------------------------------------------- one per process
 
 
@@ -669,8 +385,6 @@ def _check_wanted(config: Config) -> None:
 
 def read_contract(config: Config) -> EmbeddingContract:
     """The configured model's contract from its manifest, without loading the model."""
-    from .pull import resolve_model_dir
-
     _check_wanted(config)
     model_dir = resolve_model_dir(config)
     contract = ModelManifest.read(model_dir).contract()
@@ -679,8 +393,6 @@ def read_contract(config: Config) -> EmbeddingContract:
 
 def load_embedder(config: Config) -> Embedder:
     """The process's embedder for ``config``, loaded on first use and then shared."""
-    from .pull import resolve_model_dir
-
     _check_wanted(config)
     model_dir = resolve_model_dir(config).resolve()
     threads = int(config.get("embedder.threads"))

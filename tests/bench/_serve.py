@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lambo_core.embed.pull import import_model  # noqa: E402
+from lambo_core.embed.importer import import_model  # noqa: E402
 from tests.embed_fixtures import minilm_source_dir  # noqa: E402
 
 CALL_TIMEOUT_S = 60.0

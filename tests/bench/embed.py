@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from lambo_core.embed.importer import import_model
 from lambo_core.embed.onnx import OnnxEmbedder
-from lambo_core.embed.pull import import_model
 from tests.embed_fixtures import minilm_source_dir
 
 SUBJECTS = ["The deploy job", "Alice", "The billing service", "Our parser", "The nightly backup"]

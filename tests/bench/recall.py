@@ -49,8 +49,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from lambo_core.embed.base import EmbeddingContract, make_contract  # noqa: E402
+from lambo_core.embed.importer import import_model  # noqa: E402
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
-from lambo_core.embed.pull import import_model  # noqa: E402
 from lambo_core.model import (  # noqa: E402
     Concept,
     ConceptType,

@@ -44,8 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from lambo_core.embed.importer import import_model  # noqa: E402
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
-from lambo_core.embed.pull import import_model  # noqa: E402
 from lambo_core.recall import RecallDefaults, recall  # noqa: E402
 from lambo_core.session import EmbedderPlan, Session  # noqa: E402
 from lambo_core.store import SqliteStore  # noqa: E402

@@ -81,8 +81,8 @@ def part_writes(sizes: Sizes) -> Result:
     """writes.py's measurements: acks with the worker busy and idle, then throughput."""
     import statistics
 
+    from lambo_core.embed.importer import import_model
     from lambo_core.embed.onnx import OnnxEmbedder
-    from lambo_core.embed.pull import import_model
     from tests.bench import writes
     from tests.embed_fixtures import minilm_source_dir
 
@@ -113,8 +113,8 @@ def part_writes(sizes: Sizes) -> Result:
 
 def part_recall(sizes: Sizes) -> Result:
     """recall.py's measurements at each size, with the real MiniLM for the query."""
+    from lambo_core.embed.importer import import_model
     from lambo_core.embed.onnx import OnnxEmbedder
-    from lambo_core.embed.pull import import_model
     from tests.bench import recall as bench
     from tests.embed_fixtures import minilm_source_dir
 

@@ -43,8 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from lambo_core.embed.importer import import_model
 from lambo_core.embed.onnx import OnnxEmbedder
-from lambo_core.embed.pull import import_model
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
 from lambo_core.writes import WritePipeline

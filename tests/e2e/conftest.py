@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lambo_core.embed.pull import import_model
+from lambo_core.embed.importer import import_model
 from tests.embed_fixtures import minilm_source_dir
 
 ROOT = Path(__file__).resolve().parents[2]
