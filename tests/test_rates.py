@@ -87,7 +87,7 @@ def test_run_probe_stops_early_and_says_what_it_did_not_measure() -> None:
     assert run_probe(lambda texts: None, ["a"], stop) == (None, None)
 
     def slow(texts: list[str]) -> None:
-        time.sleep(0.05)
+        time.sleep(0.05)  # one embed outlasts the whole budget (the sleep is the slowness)
 
     # a budget the serial rounds use up: the four-wide figure is not measured
     serial, wide = run_probe(slow, ["a"], threading.Event(), budget_s=0.01)
@@ -101,15 +101,21 @@ def test_probe_concepts_are_representative() -> None:
 
 
 def test_a_serve_pipeline_probes_the_real_model_and_then_observes(
-    tmp_path: Path, minilm: OnnxEmbedder
+    tmp_path: Path, minilm: OnnxEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = Session.open(SqliteStore(tmp_path / "p.db"), "s", EmbedderPlan.ready(minilm))
-    pipeline = WritePipeline(session).start(probe=True)
+    pipeline = WritePipeline(session)
+    probed = threading.Event()
+    record = pipeline.rates.probed
+
+    def record_then_tell(serial: float | None, wide: float | None) -> None:
+        record(serial, wide)
+        probed.set()
+
+    monkeypatch.setattr(pipeline.rates, "probed", record_then_tell)
+    pipeline.start(probe=True)
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not pipeline.rates.probe_ran:
-            assert time.monotonic() < deadline, "the probe never finished"
-            time.sleep(0.01)
+        assert probed.wait(DEADLINE_S), "the probe never finished"
         keys = pipeline.stats()
         assert keys["write_queue_bound_source"] == "probe"
         assert keys["write_queue_probe_serial_items_per_sec"] > 0
