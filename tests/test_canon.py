@@ -650,7 +650,7 @@ def test_bulk_scores_equal_the_per_concept_base_score(make_world: Any) -> None:
 def _cli(args: list[str], home: Path) -> Any:
     from click.testing import CliRunner
 
-    from lambo_core.canon_commands import canon_group, session_group
+    from lambo_core.cli.canon import canon_group, session_group
 
     group = canon_group if args[0] == "canon" else session_group
     runner = CliRunner()

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lambo_core.cli import cli
+from lambo_core.cli.flags import FieldFlags, text_or_stdin
 from lambo_core.cli.output import (
     ShellCall,
     split_receipt_line,
@@ -24,7 +25,6 @@ from lambo_core.cli.output import (
     write_outcome,
 )
 from lambo_core.cli.tools import derive_flags
-from lambo_core.cli_flags import FieldFlags, text_or_stdin
 from lambo_core.errors import ParameterError
 from lambo_core.text import MAX_STRING_BYTES
 

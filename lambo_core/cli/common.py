@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import click
 
-from ..cli_flags import store_option
 from ..errors import ErrorKind, LamboError
+from .flags import store_option
 
 if TYPE_CHECKING:
     from ..config import Config

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ..cli_flags import store_option
 from .common import Context, pass_ctx, reports_errors
+from .flags import store_option
 
 
 @click.command("demo")

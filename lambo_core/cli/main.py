@@ -13,8 +13,8 @@ import sys
 import click
 
 from .. import __version__
-from ..canon_commands import canon_group, session_group
 from ..log_limits import install_stderr_queue
+from .canon import canon_group, session_group
 from .common import Context
 from .config import config_group
 from .demo import demo_cmd

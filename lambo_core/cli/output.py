@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cli_flags import FieldFlags
 from ..receipts import WAIT_MS_MAX
+from .flags import FieldFlags
 
 APPLIED = frozenset({"applied", "applied_after_restart"})
 # Receipt states that may still end applied: worth asking about again.

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from ..cli_flags import FieldFlags
 from ..errors import ErrorKind, ParameterError
 from .common import USAGE_KINDS, Context
+from .flags import FieldFlags
 from .output import (
     WAIT_MS,
     ShellCall,

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 
 import click
 
-from ..cli_flags import FieldFlags, integer_option, numbered, text_or_stdin
 from ..errors import ParameterError
 from ..receipts import WAIT_MS_MAX
 from .common import Context, pass_ctx, reports_errors, store_to_use
+from .flags import FieldFlags, integer_option, numbered, text_or_stdin
 from .tool_call import DEFAULT_AGENT, run_tool, run_write
 
 F = TypeVar("F", bound=Callable[..., Any])

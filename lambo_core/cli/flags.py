@@ -1,8 +1,6 @@
 """What the shell commands take: the ``--store`` rule, whole numbers, ``-`` for standard input,
 and the flag that gave each field of a tool call, so a refusal names ``--kind`` rather than
 ``concepts[0].concept_type``.
-
-Imported by ``cli.py`` and ``canon_commands.py``; it imports neither.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from typing import IO, Any, TypeVar
 
 import click
 
-from .errors import ErrorKind, ParameterError
-from .text import MAX_STRING_BYTES
+from ..errors import ErrorKind, ParameterError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -83,6 +80,8 @@ def text_or_stdin(flag: str, value: str, stream: IO[bytes] | None = None) -> str
     naming ``flag`` (the input itself is never echoed)."""
     if value != STDIN:
         return value
+    from ..text import MAX_STRING_BYTES  # text.py loads numpy: only when stdin is read
+
     source = stream if stream is not None else sys.stdin.buffer
     raw = source.read(MAX_STRING_BYTES + 3)  # the cap, a CRLF, and one byte to see "over"
     if raw.endswith(b"\r\n"):

@@ -1,0 +1,139 @@
+"""`lambo session verify`: one session's integrity (edges whose ends are gone, a status no
+canonization event gave, Canonical concepts over the budget) and the annotation kinds
+recall would put on its concepts now (spec: "lambo_recall", its warning lines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .canon import CanonRules, DemotionLog
+from .contradiction import ContradictionInfo, is_contradicted
+from .index.graph import SessionGraph
+from .model import EdgeType, Status, short_id
+from .store.base import Store
+from .supersession import linked_either_way
+
+EXAMPLES = 3  # example ids per annotation kind
+
+KINDS = (
+    "contradiction",
+    "contradicts",
+    "rests_on_contradicted",
+    "possibly_superseded",
+    "superseded",
+)
+
+
+@dataclass
+class VerifyReport:
+    """What ``session verify`` found: integrity problems and annotation kinds."""
+
+    session: str
+    concepts: int
+    edges: int
+    problems: list[str] = field(default_factory=list)
+    kinds: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "concepts": self.concepts,
+            "edges": self.edges,
+            "ok": not self.problems,
+            "problems": self.problems,
+            "annotation_kinds": {
+                kind: {"count": len(ids), "examples": sorted(ids)[:EXAMPLES]}
+                for kind, ids in self.kinds.items()
+            },
+        }
+
+
+def verify_session(
+    store: Store, name: str, rules: CanonRules, now: float, graph: SessionGraph | None = None
+) -> VerifyReport:
+    """Check one session's graph and count the annotation kinds recall would show now."""
+    graph = graph or SessionGraph.load(store, name)
+    report = VerifyReport(name, len(graph), graph.edge_count)
+
+    # integrity
+    dangling = [
+        e for e in graph.iter_edges() if not _is_node(graph, e.src) or not _is_node(graph, e.dst)
+    ]
+    if dangling:
+        shown = ", ".join(f"{e.edge_type.value} {e.src} -> {e.dst}" for e in dangling[:EXAMPLES])
+        report.problems.append(f"{len(dangling)} edge(s) name a node that is gone: {shown}")
+    events = store.canon_events(name)
+    last_to: dict[str, Status] = {}
+    for event in events:
+        last_to[event.node_id] = event.to_status
+    mismatched = [
+        c for c in graph.iter_concepts() if last_to.get(c.id, Status.NONE) is not c.status
+    ]
+    if mismatched:
+        shown = ", ".join(
+            f"{c.id} is {c.status.label}, its last event says "
+            f"{last_to.get(c.id, Status.NONE).label}"
+            for c in mismatched[:EXAMPLES]
+        )
+        report.problems.append(
+            f"{len(mismatched)} concept(s) hold a status no canonization event gave them: {shown}"
+        )
+    canonical = sum(1 for c in graph.iter_concepts() if c.status is Status.CANONICAL)
+    if canonical > rules.canonical_budget:
+        report.problems.append(
+            f"{canonical} Canonical concepts, over the budget of {rules.canonical_budget}"
+        )
+
+    # annotation kinds
+    firing: dict[str, ContradictionInfo] = {}
+    for concept in graph.iter_concepts():
+        if graph.edges_in(concept.id, (EdgeType.CONTRADICTS,)):
+            info = is_contradicted(graph, concept.id, now, rules.edge_min_age_s)
+            if info is not None:
+                firing[concept.id] = info
+    report.kinds["contradiction"] = list(firing)
+    report.kinds["contradicts"] = sorted({info.by for info in firing.values()})
+    rests: list[str] = []
+    possibly: list[str] = []
+    for concept in graph.iter_concepts():
+        for edge in graph.edges_out(concept.id, (EdgeType.DEPENDENCY,)):
+            cited = edge.dst
+            if cited in firing and graph.edge(concept.id, cited, EdgeType.CONTRADICTS) is None:
+                rests.append(concept.id)
+                break
+        for edge in graph.edges_in(concept.id, (EdgeType.SUPERSEDES_SUSPECTED,)):
+            if edge.src in graph and not linked_either_way(graph, edge.src, concept.id):
+                possibly.append(concept.id)
+                break
+    report.kinds["rests_on_contradicted"] = rests
+    report.kinds["possibly_superseded"] = possibly
+    log = DemotionLog.rebuild(events, graph, rules)
+    report.kinds["superseded"] = [
+        c.id
+        for c in graph.iter_concepts()
+        if c.status is not Status.CANONICAL
+        and (d := log.get(c.id)) is not None
+        and d.reason == "superseded"
+    ]
+    return report
+
+
+def _is_node(graph: SessionGraph, node_id: str) -> bool:
+    return node_id in graph or graph.is_interaction(node_id)
+
+
+def render_verify(report: VerifyReport) -> str:
+    lines = [
+        f"session {report.session}: {report.concepts} concepts, {report.edges} edges; "
+        + ("ok" if not report.problems else f"{len(report.problems)} problem(s)")
+    ]
+    lines += [f"problem: {p}" for p in report.problems]
+    lines.append("annotation kinds (concepts recall would annotate now):")
+    for kind in KINDS:
+        ids = sorted(report.kinds[kind])
+        examples = ", ".join(short_id(i) for i in ids[:EXAMPLES])
+        more = f" (e.g. {examples}{', …' if len(ids) > EXAMPLES else ''})" if ids else ""
+        lines.append(f"  {kind}: {len(ids)}{more}")
+    return "\n".join(lines)
