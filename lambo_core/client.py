@@ -45,8 +45,8 @@ from .hub import (
     holder_description,
     lease_free,
 )
+from .limits import WAIT_MS_MAX
 from .model import Lease
-from .receipts import WAIT_MS_MAX
 from .serve import ServeOptions, lease_ttl, open_service, shutdown_budget, stop_service
 from .store import open_store
 from .store.base import Store

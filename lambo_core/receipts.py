@@ -36,6 +36,7 @@ import anyio.to_thread
 from lambo_core.clock import Clock, SystemClock
 
 from .errors import LamboError
+from .limits import WAIT_MS_MAX
 from .model import IntentState
 
 if TYPE_CHECKING:
@@ -51,7 +52,6 @@ RETAIN_MAX = 4096
 # Owners of receipts already let go, so an expired receipt stays its owner's. Past this
 # many the durable intent (which names its agent and session) answers instead.
 EVICTED_OWNERS_MAX = 16_384
-WAIT_MS_MAX = 34_000
 SERVER_WAIT_BOUND = 16
 AGENT_WAIT_BOUND = 8
 PIGGYBACK_MAX = 8
@@ -863,7 +863,6 @@ __all__ = [
     "RETAIN_MAX",
     "RETAIN_SECONDS",
     "SERVER_WAIT_BOUND",
-    "WAIT_MS_MAX",
     "ForeignLookup",
     "Receipt",
     "ReceiptBook",

@@ -25,10 +25,11 @@ from .daemon import Daemon
 from .errors import LamboError, ParameterError, internal_fault
 from .gc import gc_stats
 from .inspect import run_inspect
+from .limits import WAIT_MS_MAX
 from .locks import LockTable, run_reserve
 from .model import Status
 from .recall import RecallDefaults, recall
-from .receipts import WAIT_MS_MAX, ReceiptView, render_line, render_piggyback, to_structured
+from .receipts import ReceiptView, render_line, render_piggyback, to_structured
 from .saints import run_saints
 from .session import Session, describe_contract
 from .stale import run_stale

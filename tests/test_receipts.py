@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from lambo_core.clock import ManualClock
+from lambo_core.limits import WAIT_MS_MAX
 from lambo_core.receipts import (
     AGENT_WAIT_BOUND,
     BOUND,
@@ -18,10 +19,10 @@ from lambo_core.receipts import (
     LANE_BOUND,
     RETAIN_MAX,
     SERVER_WAIT_BOUND,
-    WAIT_MS_MAX,
     ReceiptBook,
     ReceiptState,
     ReceiptView,
+    _WaitTicket,
     clamp_wait_ms,
     parse_receipt_id,
     render_line,
@@ -349,7 +350,7 @@ def test_retention_by_count() -> None:
 
 def test_retention_by_count_with_no_pending() -> None:
     book = ReceiptBook(ManualClock())
-    ids = []
+    ids: list[str] = []
     for _ in range(RETAIN_MAX + 1):
         view = book.issue(f"agent-{len(ids) % 7}", "s", "t")
         book.settle(rid(view), S.APPLIED)
@@ -712,7 +713,7 @@ def test_abandoned_wait_does_not_consume_the_piggyback() -> None:
     book = ReceiptBook()
     view = book.issue("a", "s", "t")
     begun = book._begin_wait(rid(view), "a", "s", 34_000)
-    assert not isinstance(begun, (ReceiptView, str))
+    assert isinstance(begun, _WaitTicket)
     book.settle(rid(view), S.APPLIED)
     book._abandon_wait(begun)  # the caller was cancelled before the thread ran
     assert book._finish_wait(begun).state is S.APPLIED

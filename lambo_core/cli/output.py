@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..receipts import WAIT_MS_MAX
+from ..limits import WAIT_MS_MAX
 from .flags import FieldFlags
 
 APPLIED = frozenset({"applied", "applied_after_restart"})

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import ParameterError
-from ..receipts import WAIT_MS_MAX
+from ..limits import WAIT_MS_MAX
 from .common import Context, pass_ctx, reports_errors, store_to_use
 from .flags import FieldFlags, integer_option, numbered, text_or_stdin
 from .tool_call import DEFAULT_AGENT, run_tool, run_write

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..framing import OversizedLine, extract_request_id
+from ..limits import WAIT_MS_MAX
 from ..mcp.refusals import INVALID_REQUEST, ProtocolRefusal
-from ..receipts import WAIT_MS_MAX
 from ..store.sqlite import read_lease
 from .answers import tool_error
 from .socket_dir import WarnOnce, hub_candidates
