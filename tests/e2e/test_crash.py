@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 from lambo_core.model import IntentState
@@ -11,6 +10,19 @@ from lambo_core.store import SqliteStore
 from tests.e2e.raw_serve import RawServe
 
 N = 500
+# A wait that ends pending means other writes were queued ahead: ask again, this many times.
+WAITS_PER_RECEIPT = 8
+
+
+def wait_until_settled(serve: RawServe, receipt: str, agent: str) -> None:
+    """Block on the receipt through lambo_stats (the server wakes the wait when it lands)."""
+    for _ in range(WAITS_PER_RECEIPT):
+        answer = serve.call(
+            "lambo_stats", {"agent_id": agent, "receipt": receipt, "wait_ms": 34_000}
+        )["receipt"]
+        if answer["state"] not in ("pending", "pending_replay"):
+            return
+    raise AssertionError(f"{receipt} still {answer['state']}: {answer['detail']}")
 
 
 def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) -> None:
@@ -33,13 +45,10 @@ def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) ->
 
     again = RawServe(served_home, store_path)
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            stats = again.call("lambo_stats", {"agent_id": "agent-a"})
-            if stats["write_queue_replay_owed"] == 0 and stats["concept_count"] >= N:
-                break
-            assert time.monotonic() < deadline, stats
-            time.sleep(0.5)
+        for i, receipt in enumerate(acked):
+            wait_until_settled(again, receipt, f"agent-{i % 10}")
+        stats = again.call("lambo_stats", {"agent_id": "agent-a"})
+        assert stats["write_queue_replay_owed"] == 0, stats
         assert stats["concept_count"] == N
         # The kill really left writes owed: the second serve applied them from their intents.
         assert stats["write_queue_replayed"] > 0

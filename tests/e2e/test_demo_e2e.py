@@ -1,9 +1,9 @@
-"""`lambo demo` spawned as a process with the real MiniLM model installed."""
+"""`lambo demo` spawned as a process with the real MiniLM model installed (its wall time is
+tests/bench/demo.py's to print)."""
 
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 from tests.e2e.conftest import lambo_argv, serve_env
@@ -12,7 +12,6 @@ from tests.e2e.conftest import lambo_argv, serve_env
 def test_demo_runs_with_the_installed_model(served_home: Path) -> None:
     env = serve_env(served_home)
     env["LAMBO_LOG"] = "WARNING"
-    started = time.monotonic()
     out = subprocess.run(
         [*lambo_argv(), "demo"],
         capture_output=True,
@@ -21,7 +20,6 @@ def test_demo_runs_with_the_installed_model(served_home: Path) -> None:
         cwd=served_home,
         timeout=120,
     )
-    elapsed = time.monotonic() - started
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "in a throwaway SQLite store" in text
@@ -31,5 +29,4 @@ def test_demo_runs_with_the_installed_model(served_home: Path) -> None:
     assert "Venerable -> Canonical, blast radius 9" in text
     assert "⚑ Load-bearing pillar — 9 nodes depend on this. Modify with caution." in text
     assert "⚠ Contradicted at" in text
-    assert elapsed < 20, f"the demo took {elapsed:.1f} s"
     assert not (served_home / "data" / "lambo.db").exists()
