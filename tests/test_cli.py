@@ -1,33 +1,37 @@
-"""The real `lambo` command, spawned as a process."""
+"""The `lambo` command in-process (click's CliRunner): exit codes, stdout and stderr.
+
+The real entry points, spawned as processes, are in tests/e2e/test_cli_shell.py.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from lambo_core import __version__
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def lambo_command() -> list[str]:
-    """The installed console script when present, else the checkout's lambo.py."""
-    script = Path(sys.executable).parent / "lambo"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, str(ROOT / "lambo.py")]
+from lambo_core.cli import cli
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [*lambo_command(), *args], capture_output=True, text=True, env=full_env, timeout=120
+@dataclass(frozen=True)
+class Ran:
+    """What a shell sees of one command: its exit code and its two streams."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Ran:
+    result = CliRunner().invoke(cli, list(args), env=env, prog_name="lambo")
+    # Anything but a clean exit would have been a traceback on a real stderr.
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
     )
+    return Ran(result.exit_code, result.stdout, result.stderr)
 
 
 def test_version_and_help() -> None:
@@ -51,17 +55,6 @@ def test_version_and_help() -> None:
         "release",
     ):
         assert word in out.stdout
-
-
-def test_checkout_entry_point_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "lambo.py"), "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    assert __version__ in out.stdout
 
 
 def test_config_init_then_show(lambo_home: Path, tmp_path: Path) -> None:

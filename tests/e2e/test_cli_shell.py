@@ -12,6 +12,7 @@ import re
 import shlex
 import sqlite3
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.conftest import lambo_argv, serve_env
+from lambo_core import __version__
+from tests.e2e.conftest import ROOT, lambo_argv, serve_env
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # What a tool's text tells a model, which a shell must never be told.
@@ -30,8 +32,14 @@ KINDS = "entity, logic, constraint, resource, observation"
 
 
 def lambo(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return lambo_at(home, lambo_argv(), *args, stdin=stdin)
+
+
+def lambo_at(
+    home: Path, argv: list[str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*lambo_argv(), *args],
+        [*argv, *args],
         capture_output=True,
         text=True,
         input=stdin if stdin is not None else "",
@@ -77,6 +85,26 @@ def keyword_only_home(home: Path) -> Path:
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(KEYWORD_ONLY)
     return home
+
+
+# --- the entry points ------------------------------------------------------------------------
+
+
+def test_every_entry_point_runs(lambo_home: Path) -> None:
+    """The console script, the checkout's lambo.py and `python -m lambo_core` (the CLI's
+    behaviour itself is tested in-process, tests/test_cli.py)."""
+    lambo_home.mkdir(parents=True)
+    for argv in (
+        lambo_argv(),
+        [sys.executable, str(ROOT / "lambo.py")],
+        [sys.executable, "-m", "lambo_core"],
+    ):
+        out = lambo_at(lambo_home, argv, "--version")
+        assert out.returncode == 0, out.stderr
+        assert __version__ in out.stdout
+    out = lambo(lambo_home, "--help")
+    assert out.returncode == 0, out.stderr
+    assert "recall" in out.stdout and "serve" in out.stdout
 
 
 # --- write verbs wait, exit by their outcome, and print about the shell's call -----------
