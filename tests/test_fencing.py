@@ -27,6 +27,7 @@ from lambo_core.hub import (
     call_timeout,
     fenced_handler,
 )
+from lambo_core.limits import WAIT_MS_MAX
 from lambo_core.model import (
     CanonizationEvent,
     Concept,
@@ -38,7 +39,7 @@ from lambo_core.model import (
     WriteBatch,
     WriteIntent,
 )
-from lambo_core.receipts import WAIT_MS_MAX, ReceiptState
+from lambo_core.receipts import ReceiptState
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.store.base import LEASE_LOST_TEXT, Fence, FencedOut, Store
@@ -281,9 +282,12 @@ def test_a_hub_that_never_answers_gives_hub_gone_within_the_bound(sock_dir: Path
         heard = asyncio.Event()
 
         async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readline()
-            heard.set()
-            await reader.read()  # never answers
+            try:
+                await reader.readline()
+                heard.set()
+                await reader.read()  # never answers
+            finally:
+                writer.close()  # the hub's end of the connection, left open it leaks
 
         server = await asyncio.start_unix_server(silent, path=str(path))
         forwarder = Forwarder(path, timeout_s=0.2, on_drop=lambda: drops.append(None))

@@ -73,11 +73,21 @@ def test_a_stderr_nobody_reads_never_blocks_the_logging_caller() -> None:
             assert len(seen) < 50_000_000
     finally:
         logger.removeHandler(front)
-        os.set_blocking(read_end, False)
-        while records.unfinished_tasks:  # let the writer finish before closing its pipe
-            try:
-                os.read(read_end, 1 << 20)
-            except BlockingIOError:
-                threading.Event().wait(0.01)
+        # Let the writer finish what it took before its pipe closes: read the pipe until
+        # the queue is joined, then close the write end, which ends the reader.
+        os.set_blocking(read_end, True)
+        reader = threading.Thread(target=drain, args=(read_end,), daemon=True)
+        reader.start()
+        joined = threading.Thread(target=records.join, daemon=True)
+        joined.start()
+        joined.join(FAILURE_BOUND_S)
         stream.close()
+        reader.join(FAILURE_BOUND_S)
         os.close(read_end)
+        assert not joined.is_alive(), "the writer never finished its queue"
+
+
+def drain(fd: int) -> None:
+    """Read a pipe until its write end is closed."""
+    while os.read(fd, 1 << 20):
+        pass
