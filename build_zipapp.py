@@ -6,18 +6,9 @@ in one file, for the Python and platform running this script.
     python build_zipapp.py --if-stale    # keep dist/'s archive when it matches this checkout
     python build_zipapp.py --refresh     # resolve the dependencies from PyPI again
 
-Then ``python3 dist/lambo-*.pyz serve --session s`` on any machine with that Python.
-
-Layout (read by lambo_core/zipapp_boot.py): pure modules under ``site/``, each ``.py``
-beside an unchecked-hash ``.pyc`` so zipimport never compiles; every dist-info at the root;
-every distribution that ships a native extension under ``native/<group>/``, unpacked on its
-first import into ``<lambo cache>/pyz/<build id>/<group>/`` (``__pycache__`` precompiled).
-The build id hashes every entry, so a cache directory only ever holds one archive's bytes.
-
-Why not shiv: it unpacks the whole archive (~240 MB here) on the first run, measured 6.8 s
-before the first answer; this layout unpacks only what a run imports (and onnxruntime on the
-model-loading thread), and later runs read pure modules from the zip as fast as shiv's
-unpacked tree.
+Then ``python3 dist/lambo-*.pyz serve --session s`` on any machine with that Python. The
+layout (``site/`` for pure modules, ``native/<group>/`` unpacked on first import) is read by
+lambo_core/zipapp_boot.py; why this and not shiv is in docs/design.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""`lambo demo`: one scripted scenario that shows what lambo does, step by step.
-
-Two agents build one REST API in a fresh session (a memory store unless
-``--store PATH`` is given, so it never touches the user's memory unless
-asked). ``agent-api`` derives ``user schema``; both agents cite it by the
-8-hex id their recall returned; ``agent-api`` records the migration it wrote.
-The real canonization daemon, run with the demo's shortened timings (a cycle
-every 25 ms, evidence counting once 10 ms old: 0.2.2's demo did the same),
-walks ``user schema`` Candidate -> Venerable -> Canonical, which the demo
-watches through lambo_inspect and then reads back from the store's
-canonization events (the blast radius is recorded on the promotion). Then
-``agent-api`` declares a concept ``against`` the schema; once a daemon cycle
-has listed the contradiction, ``agent-auth``'s recall of the schema carries
-the load-bearing pillar line and the contradiction warning.
-
-It runs with the configured embedding model when one is installed; without
-one it runs keyword-only (``match_strategy = "canonical"``) and says so.
-Every call goes through ``MemoryService.call``, as an MCP client's would.
-Any step that does not give what it should stops the demo: ``run_demo``
-returns 1 after saying which step failed and why.
+"""`lambo demo`: one scripted scenario that shows what lambo does, step by step: two agents
+derive and cite facts, the daemon promotes ``user schema`` to Canonical, and a contradiction
+reaches the second agent's recall (spec: "lambo_recall", its warning lines). Every call goes
+through ``MemoryService.call``; ``run_demo`` returns 1 naming the step that failed. The
+script's design is in docs/design.md.
 """
 
 from __future__ import annotations
@@ -35,7 +20,7 @@ import anyio.to_thread
 
 from .config import Config, store_flags
 from .embed.catalog import CATALOG
-from .embed.onnx import read_contract, wants_embedder
+from .embed.loader import read_contract, wants_embedder
 from .errors import ConfigError, ConflictError, LamboError
 from .hub import LeaseKeeper
 from .model import Status

@@ -1,28 +1,7 @@
-"""`lambo setup CLIENT`: the MCP client configuration that runs ``lambo serve``, printed or merged.
-
-Clients (spec: "HTTP for a machine with several independent clients" names
-their files; "What Lambo accepts in text" the Claude Code and Cursor quirks):
-
-- ``claude``: Claude Code keeps its own configuration behind its CLI, so lambo
-  prints ``claude mcp add lambo -- lambo serve --session NAME`` and its JSON
-  form (``claude mcp add-json``) and never writes a file for it;
-- ``cursor``: the ``mcpServers.lambo`` entry of ``~/.cursor/mcp.json``;
-- ``codex``: the ``[mcp_servers.lambo]`` table of ``~/.codex/config.toml``
-  (``$CODEX_HOME/config.toml`` when CODEX_HOME is set, as Codex reads it);
-- ``generic``: a ``.mcp.json`` in the current directory (``mcpServers.lambo``).
-
-The server runs as the installed ``lambo`` command, or with ``--pyz PATH`` as
-``python3 /abs/PATH serve --session NAME``. The session defaults to the
-current directory's name.
-
-``--write`` merges into the client's file: the file is read and parsed (one
-that does not parse, or whose ``mcpServers`` / ``mcp_servers`` is not a
-table, is refused and left untouched), every other server and key is kept,
-only the ``lambo`` entry is replaced, the previous file is copied to
-``<file>.bak``, and the new one is written to a temporary file beside it and
-moved into place with ``os.replace``. A file that already holds exactly this
-entry is left as it is. Paths follow ``HOME`` (``Path.home()``), so tests
-point HOME at a temporary directory.
+"""`lambo setup CLIENT`: the MCP client configuration that runs ``lambo serve``, printed or
+merged into the client's own file (claude, cursor, codex, generic). The spec's "HTTP for a
+machine with several independent clients" names the files; how a merge keeps the rest of a
+file is in docs/design.md. Paths follow ``HOME``, so tests point it at a temporary directory.
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
-"""The start of the lambo ``.pyz``: native extensions unpacked once, everything else from the zip.
+"""The start of the lambo ``.pyz``: pure modules import straight from the zip; a distribution
+with a native extension is unpacked once, on its first import, into
+``<cache>/pyz/<build id>/<group>/`` (published with one ``os.replace``, so racing starts are
+safe). The archive's layout is ``build_zipapp.py``'s; the why is in docs/design.md.
 
-``build_zipapp.py`` lays the archive out as::
-
-    __main__.py          checks the interpreter, then calls ``run`` below
-    lambo_pyz.json       the manifest (also inlined in __main__.py)
-    <name>.dist-info/    every distribution's metadata (importlib.metadata reads zips' roots)
-    site/...             pure modules, each .py beside an unchecked-hash .pyc
-    native/<group>/...   each distribution that ships a native extension, whole
-
-``site/`` and the archive's root go on ``sys.path``; zipimport imports straight from them.
-A distribution with a ``.so`` cannot be loaded from a zip, so the first import of one of its
-top-level names (``numpy``, ``pydantic_core``, ...) unpacks that distribution's files into
-``<cache>/pyz/<build id>/<group>/`` and puts that directory on ``sys.path``. Groups a run
-never imports (``hf_xet``, say) are never unpacked, and ``onnxruntime`` is unpacked on the
-thread that loads the model, in the background.
-
-The build id is a hash of everything the archive holds, so two archives share a cache
-directory only when their contents are the same. Unpacking goes to a temporary directory
-beside the final one and is published with one ``os.replace``: a directory that exists is
-complete. When two processes unpack the same group at once, both finish, the first rename
-wins and the other discards its copy (a rename onto a non-empty directory fails). Each start
-touches its build's directory; when a start unpacks something (a new build's first runs),
-other builds' directories untouched for 30 days are removed.
-
-This module uses the standard library and ``lambo_core.paths`` (pure, so importable from
-the zip before anything is unpacked): the cache directory is lambo's own, under LAMBO_HOME
-when set.
+Standard library and ``lambo_core.paths`` only: this runs before anything is unpacked.
 """
 
 from __future__ import annotations
