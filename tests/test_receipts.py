@@ -22,13 +22,13 @@ from lambo_core.receipts import (
     ReceiptBook,
     ReceiptState,
     ReceiptView,
-    _WaitTicket,
     clamp_wait_ms,
     parse_receipt_id,
     render_line,
     render_piggyback,
     to_structured,
 )
+from lambo_core.receipts.waits import WaitTicket
 
 ID_RE = re.compile(r"lwr1\.[0-9a-f]{16}\.[0-9a-f]+\.[1-9][0-9]*")
 S = ReceiptState
@@ -713,7 +713,7 @@ def test_abandoned_wait_does_not_consume_the_piggyback() -> None:
     book = ReceiptBook()
     view = book.issue("a", "s", "t")
     begun = book._begin_wait(rid(view), "a", "s", 34_000)
-    assert isinstance(begun, _WaitTicket)
+    assert isinstance(begun, WaitTicket)
     book.settle(rid(view), S.APPLIED)
     book._abandon_wait(begun)  # the caller was cancelled before the thread ran
     assert book._finish_wait(begun).state is S.APPLIED
