@@ -20,7 +20,7 @@ import anyio.to_thread
 
 from .config import Config, store_flags
 from .embed.catalog import CATALOG
-from .embed.onnx import read_contract, wants_embedder
+from .embed.loader import read_contract, wants_embedder
 from .errors import ConfigError, ConflictError, LamboError
 from .hub import LeaseKeeper
 from .model import Status

@@ -90,7 +90,7 @@ from .canon import CanonRules, superseded_history
 from .context import HitBlock, pillar_line, render_context
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, ContradictionInfo, is_contradicted
 from .embed.catalog import supersession_line_measured
-from .embed.onnx import EmbedderLoading
+from .embed.loader import EmbedderLoading
 from .errors import ConfigError, LamboError, ParameterError, StoreError
 from .index.keywords import tokenize
 from .model import ESTABLISHED, ConceptType, EdgeType, Status, short_id

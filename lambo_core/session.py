@@ -20,7 +20,13 @@ from .access import AccessCounts
 from .clock import Clock, SystemClock
 from .config import Config
 from .embed.base import Embedder, EmbeddingContract, make_contract
-from .embed.onnx import LazyEmbedder, read_contract, start_embedder, wants_embedder
+from .embed.loader import (
+    LazyEmbedder,
+    LoadedModels,
+    read_contract,
+    start_embedder,
+    wants_embedder,
+)
 from .errors import ConfigError, LamboError
 from .index.session_index import SessionIndex
 from .receipts import ReceiptBook, intent_answer
@@ -50,7 +56,8 @@ class EmbedderPlan:
         return self.lazy is not None or self.problem is not None
 
     @classmethod
-    def from_config(cls, config: Config) -> EmbedderPlan:
+    def from_config(cls, config: Config, models: LoadedModels) -> EmbedderPlan:
+        """The configured model, loaded through ``models`` (shared by whoever made it)."""
         if not wants_embedder(config):
             return cls(lazy=None, contract=None)
         try:
@@ -59,7 +66,7 @@ class EmbedderPlan:
             # One clear line for the operator; every write reports the same on its receipt.
             log.warning("%s", exc.render())
             return cls(lazy=None, contract=None, problem=exc)
-        return cls(lazy=start_embedder(config), contract=contract)
+        return cls(lazy=start_embedder(config, models), contract=contract)
 
     @classmethod
     def ready(cls, embedder: Embedder) -> EmbedderPlan:

@@ -51,7 +51,7 @@ from .admission import (
 )
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, StaleReport, stale_dependents
 from .embed.base import Embedder
-from .embed.onnx import EmbedderLoading
+from .embed.loader import EmbedderLoading
 from .errors import LamboError, StoreError, internal_fault
 from .health import MAX_FLUSH_ATTEMPTS, StoreHealth
 from .index.graph import SessionGraph

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,17 +14,17 @@ from lambo_core.embed.base import Embedder, QueryCache
 from lambo_core.embed.graph_scan import scan_onnx
 from lambo_core.embed.importer import import_model
 from lambo_core.embed.installed import resolve_model_dir
-from lambo_core.embed.manifest import MANIFEST_NAME, ModelManifest
-from lambo_core.embed.onnx import (
+from lambo_core.embed.loader import (
     EmbedderLoading,
     LazyEmbedder,
-    OnnxEmbedder,
-    _forget_loaded,
-    load_embedder,
+    LoadedModels,
     read_contract,
     wants_embedder,
 )
+from lambo_core.embed.manifest import MANIFEST_NAME, ModelManifest
+from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.errors import ConfigError, ParameterError
+from lambo_core.session import EmbedderPlan
 from tests.embed_fixtures import (
     PARAPHRASES,
     UNRELATED,
@@ -392,49 +391,63 @@ def test_scan_finds_int8_kinds(tmp_path: Path) -> None:
     assert scan_onnx(tiny.dir / "model.onnx").quantization == "float"
 
 
-# --------------------------------------------------------------------------- config, one a process
+# --------------------------------------------------------------------------- config, one a cache
 
 
 @pytest.fixture
-def fresh_cache() -> Iterator[None]:
-    _forget_loaded()
-    yield
-    _forget_loaded()
+def models() -> LoadedModels:
+    """A cache of this test's own: nothing loaded by another test is seen."""
+    return LoadedModels()
 
 
 def _write_config(text: str) -> None:
     Path("lambo.toml").write_text(text)
 
 
-def test_load_embedder_loads_once_per_process(
-    minilm_dir: Path, lambo_home: Path, fresh_cache: None
+def test_a_model_loads_once_per_cache(
+    minilm_dir: Path, lambo_home: Path, models: LoadedModels
 ) -> None:
     _write_config(f'[embedder]\nmodel = "{minilm_dir}"\nthreads = 1\nbatch_size = 8\n')
     config = load_config()
     assert resolve_model_dir(config) == minilm_dir
-    first = load_embedder(config)
-    assert load_embedder(load_config()) is first
+    first = models.load(config)
+    assert models.load(load_config()) is first
+    assert LoadedModels().load(config) is not first  # another owner loads its own
     assert isinstance(first, OnnxEmbedder) and first.threads == 1 and first.batch_size == 8
     assert first.merge_threshold == 0.85  # an uncalibrated import: the conservative default
     assert read_contract(config) == first.contract
 
 
+def test_the_plans_of_one_cache_share_one_loaded_model(
+    minilm_dir: Path, lambo_home: Path, models: LoadedModels
+) -> None:
+    """Two sessions of one serve: one model in memory, not two."""
+    _write_config(f'[embedder]\nmodel = "{minilm_dir}"\nthreads = 1\n')
+    first = EmbedderPlan.from_config(load_config(), models)
+    second = EmbedderPlan.from_config(load_config(), models)
+    assert first.lazy is not None and second.lazy is not None
+    assert first.lazy.wait(60) and second.lazy.wait(60)
+    assert first.lazy.get() is second.lazy.get()
+
+
 def test_config_merge_threshold_and_dim(
-    minilm_dir: Path, lambo_home: Path, fresh_cache: None
+    minilm_dir: Path, lambo_home: Path, models: LoadedModels
 ) -> None:
     _write_config(f'[embedder]\nmodel = "{minilm_dir}"\nmerge_threshold = 0.5\n')
-    assert load_embedder(load_config()).merge_threshold == 0.5
+    assert models.load(load_config()).merge_threshold == 0.5
     _write_config(f'[embedder]\nmodel = "{minilm_dir}"\ndim = 1024\n')
     with pytest.raises(ConfigError, match=r"embedder\.dim is 1024 but model minilm-test"):
-        load_embedder(load_config())
+        models.load(load_config())
 
 
-def test_an_imported_name_resolves_from_the_models_dir(tmp_path: Path, fresh_cache: None) -> None:
+def test_an_imported_name_resolves_from_the_models_dir(
+    tmp_path: Path, models: LoadedModels
+) -> None:
     config = load_config()
     tiny = tiny_bge_m3(tmp_path / "src", layout="dense")
     import_model(tiny.dir, "tiny-xlmr", config.paths.models_dir)
     _write_config('[embedder]\nmodel = "tiny-xlmr"\n')
-    embedder = load_embedder(load_config())
+    embedder = models.load(load_config())
     assert embedder.contract == {"kind": "onnx", "model": "tiny-xlmr", "dim": 8}
 
 
@@ -469,7 +482,7 @@ def test_canonical_matching_wants_no_embedder(lambo_home: Path) -> None:
     config = load_config()
     assert not wants_embedder(config)
     with pytest.raises(ConfigError, match="keyword-only"):
-        load_embedder(config)
+        LoadedModels().load(config)
     _write_config('[embedder]\nkind = "none"\n')
     assert not wants_embedder(load_config())
     _write_config("")
@@ -518,7 +531,7 @@ def test_lazy_embedder_loads_in_the_background() -> None:
 
 def test_lazy_embedder_reports_a_missing_model(lambo_home: Path) -> None:
     config = load_config()
-    lazy = LazyEmbedder(lambda: load_embedder(config)).start()
+    lazy = LazyEmbedder(lambda: LoadedModels().load(config)).start()
     assert lazy.wait(10) is False
     assert isinstance(lazy.error, ConfigError)
     assert "lambo model pull" in lazy.error.message

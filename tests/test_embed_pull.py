@@ -23,8 +23,9 @@ from lambo_core.embed import catalog as catalog_module
 from lambo_core.embed.catalog import BGE_M3, CatalogFile, CatalogModel
 from lambo_core.embed.download import ModelFetchError, pull_model
 from lambo_core.embed.installed import list_models
+from lambo_core.embed.loader import LoadedModels
 from lambo_core.embed.manifest import MANIFEST_NAME, ModelManifest
-from lambo_core.embed.onnx import OnnxEmbedder, _forget_loaded
+from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.embed.progress import Progress
 from lambo_core.embed.verify import verify_model
 from lambo_core.errors import ConfigError, DownloadError, ErrorKind, ParameterError
@@ -356,20 +357,14 @@ def test_the_bge_m3_catalog_entry_pulls_and_loads(
     monkeypatch.setenv("LAMBO_HUB_URL", hub.start())
     config = load_config()
     pull_model("bge-m3", config.paths.models_dir, str(config.get("embedder.hub_url")), False)
-    from lambo_core.embed.onnx import load_embedder
-
-    _forget_loaded()
-    try:
-        embedder = load_embedder(load_config())  # the default model is bge-m3
-        assert embedder.contract == {"kind": "onnx", "model": None, "dim": 1024}
-        assert embedder.merge_threshold == 0.85
-        assert isinstance(embedder, OnnxEmbedder)
-        assert embedder.feeds == ["input_ids", "attention_mask"]
-        assert embedder.output_name == "dense_vecs"
-        raw = embedder.raw_output(["the cat sat"])
-        np.testing.assert_allclose(embedder.embed(["the cat sat"])[0], unit(raw[0]), atol=1e-5)
-    finally:
-        _forget_loaded()
+    embedder = LoadedModels().load(load_config())  # the default model is bge-m3
+    assert embedder.contract == {"kind": "onnx", "model": None, "dim": 1024}
+    assert embedder.merge_threshold == 0.85
+    assert isinstance(embedder, OnnxEmbedder)
+    assert embedder.feeds == ["input_ids", "attention_mask"]
+    assert embedder.output_name == "dense_vecs"
+    raw = embedder.raw_output(["the cat sat"])
+    np.testing.assert_allclose(embedder.embed(["the cat sat"])[0], unit(raw[0]), atol=1e-5)
 
 
 # --------------------------------------------------------------------------- the commands

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambo_core.config import load_config
+from lambo_core.embed.loader import LoadedModels
 from lambo_core.mcp.tools import SCHEMAS
 from lambo_core.service import SERVED_TOOLS, MemoryService, ToolResult
 from lambo_core.session import EmbedderPlan, Session
@@ -55,7 +56,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryService]
     home: Path = tmp_path_factory.mktemp("fuzz")
     (home / "lambo.toml").write_text('[embedder]\nmatch_strategy = "canonical"\n')
     config = load_config(env={"LAMBO_HOME": str(home)}, cwd=home)
-    session = Session.open(MemoryStore(), SESSION, EmbedderPlan.from_config(config))
+    session = Session.open(MemoryStore(), SESSION, EmbedderPlan.from_config(config, LoadedModels()))
     pipeline = WritePipeline(session).start()
     service = MemoryService(session, pipeline, config)
     # Something to refer to: references then resolve, match several or nothing.

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from lambo_core.config import load_config
+from lambo_core.embed.loader import LoadedModels
 from lambo_core.service import MemoryService, ToolResult, UnknownTool
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore
@@ -45,7 +46,7 @@ WRITE_QUEUE_KEYS = [
 def service(tmp_path: Any) -> Iterator[MemoryService]:
     (tmp_path / "lambo.toml").write_text('[embedder]\nmatch_strategy = "canonical"\n')
     config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
-    session = Session.open(MemoryStore(), "s", EmbedderPlan.from_config(config))
+    session = Session.open(MemoryStore(), "s", EmbedderPlan.from_config(config, LoadedModels()))
     pipeline = WritePipeline(session).start()
     yield MemoryService(session, pipeline, config)
     pipeline.close()

@@ -11,7 +11,7 @@ import pytest
 
 from lambo_core.config import load_config
 from lambo_core.embed.base import EmbeddingContract, make_contract
-from lambo_core.embed.onnx import EmbedderLoading, LazyEmbedder
+from lambo_core.embed.loader import EmbedderLoading, LazyEmbedder, LoadedModels
 from lambo_core.errors import ConfigError
 from lambo_core.model import Vector
 from lambo_core.session import NO_EMBEDDER_CONTRACT, EmbedderPlan, Session
@@ -103,7 +103,7 @@ def test_allow_mismatch_relabels_before_the_first_write(store: SqliteStore) -> N
 def test_canonical_strategy_has_no_embedder(tmp_path: Path, store: SqliteStore) -> None:
     (tmp_path / "lambo.toml").write_text('[embedder]\nmatch_strategy = "canonical"\n')
     config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
-    plan = EmbedderPlan.from_config(config)
+    plan = EmbedderPlan.from_config(config, LoadedModels())
     assert plan.lazy is None and plan.problem is None and not plan.embeds
     session = Session.open(store, "s", plan)
     assert not session.embeds
@@ -118,7 +118,7 @@ def test_missing_model_is_one_clear_configuration_error(
 ) -> None:
     config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
     with caplog.at_level("WARNING"):
-        plan = EmbedderPlan.from_config(config)
+        plan = EmbedderPlan.from_config(config, LoadedModels())
     assert plan.problem is not None and plan.embeds
     logged = caplog.text
     for hint in ("lambo model pull", "lambo model import", "canonical"):

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from lambo_core.embed.onnx import LazyEmbedder, OnnxEmbedder
+from lambo_core.embed.loader import LazyEmbedder
+from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.model import IntentState
 from lambo_core.receipts import ReceiptState
 from lambo_core.session import EmbedderPlan, Session

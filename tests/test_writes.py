@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from lambo_core.embed.loader import LoadedModels
 from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.model import EdgeType, IntentState, short_id
 from lambo_core.receipts import ReceiptState
@@ -243,7 +244,8 @@ def test_without_a_model_writes_fail_on_the_receipt_and_stay_owed(
     from lambo_core.config import load_config
 
     config = load_config(env={"LAMBO_HOME": str(tmp_path / "home")}, cwd=tmp_path)
-    plan = EmbedderPlan.from_config(config)  # nothing installed under this LAMBO_HOME
+    # nothing installed under this LAMBO_HOME
+    plan = EmbedderPlan.from_config(config, LoadedModels())
     path = tmp_path / "n.db"
     p = open_pipeline(SqliteStore(path), plan)
     view = settled(p, derive(p, c("needs an embedder")))

@@ -11,35 +11,26 @@ directory and its ``lambo-model.json`` are described in ``manifest.py``.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError, InternalError, LamboError, ParameterError
+from ..errors import ConfigError, InternalError, ParameterError
+from ..matching import resolve_merge_threshold
 from ..model import Vector
 from .base import (
-    DEFAULT_MERGE_THRESHOLD,
     QUERY_CACHE_SIZE,
     EmbeddingContract,
     QueryCache,
     normalize_rows,
 )
-from .installed import resolve_model_dir
 from .manifest import ModelManifest
-
-if TYPE_CHECKING:
-    from ..config import Config
-    from .base import Embedder
-
-log = logging.getLogger("lambo.embed")
 
 # Padded tokens per batch. A batch of 32 texts at 8192 tokens would be 256k
 # tokens, and attention memory grows with the square of the length; 16k keeps
@@ -94,10 +85,9 @@ class OnnxEmbedder:
 
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
-        self._merge_threshold = (
-            merge_threshold
-            if merge_threshold
-            else manifest.merge_threshold or DEFAULT_MERGE_THRESHOLD
+        # An explicit threshold wins, else the model's calibration, else the default.
+        self._merge_threshold, _ = resolve_merge_threshold(
+            merge_threshold or 0.0, manifest.merge_threshold, manifest.name
         )
         self._lock = threading.Lock()
         # (batch, padded length) of every model run in the last embed() call.
@@ -357,157 +347,3 @@ def _graph_output(session: Any, manifest: ModelManifest) -> str:
     raise ConfigError(
         f"model {manifest.name} has no output {manifest.output}; it has {', '.join(outputs)}"
     )
-
-
-# --------------------------------------------------------------------------- one per process
-
-
-_LOAD_LOCK = threading.Lock()
-_LOADED: dict[tuple[Any, ...], OnnxEmbedder] = {}
-
-
-def wants_embedder(config: Config) -> bool:
-    """False when the configuration declares keyword-only memory (no embedder)."""
-    return bool(
-        config.get("embedder.kind") != "none"
-        and config.get("embedder.match_strategy") != "canonical"
-    )
-
-
-def _check_wanted(config: Config) -> None:
-    if config.get("embedder.kind") == "none":
-        raise ConfigError("embedder.kind is none, so this server has no embedder")
-    if config.get("embedder.match_strategy") == "canonical":
-        raise ConfigError(
-            'embedder.match_strategy is "canonical" (keyword-only), so no embedder is loaded'
-        )
-
-
-def read_contract(config: Config) -> EmbeddingContract:
-    """The configured model's contract from its manifest, without loading the model."""
-    _check_wanted(config)
-    model_dir = resolve_model_dir(config)
-    contract = ModelManifest.read(model_dir).contract()
-    return contract
-
-
-def load_embedder(config: Config) -> Embedder:
-    """The process's embedder for ``config``, loaded on first use and then shared."""
-    _check_wanted(config)
-    model_dir = resolve_model_dir(config).resolve()
-    threads = int(config.get("embedder.threads"))
-    batch_size = int(config.get("embedder.batch_size"))
-    max_length = int(config.get("embedder.max_length"))
-    threshold = float(config.get("embedder.merge_threshold")) or None
-    dim = int(config.get("embedder.dim"))
-    key = (str(model_dir), threads, batch_size, max_length, threshold, dim)
-    with _LOAD_LOCK:
-        found = _LOADED.get(key)
-        if found is None:
-            started = time.monotonic()
-            found = OnnxEmbedder(
-                model_dir,
-                threads=threads,
-                batch_size=batch_size,
-                max_length=max_length,
-                merge_threshold=threshold,
-                expected_dim=dim,
-            )
-            log.info("loaded model %s in %.1fs", found.name, time.monotonic() - started)
-            _LOADED[key] = found
-    return found
-
-
-def _forget_loaded() -> None:
-    """Drop the process cache (tests only)."""
-    with _LOAD_LOCK:
-        _LOADED.clear()
-
-
-class LazyEmbedder:
-    """Loads an embedder in a background thread so the caller can start at once.
-
-    ``start()`` begins loading (once); ``ready`` says it succeeded, ``error``
-    holds the ``LamboError`` it failed with (a missing model is a
-    ``ConfigError`` naming `lambo model pull`), ``wait(timeout)`` blocks until
-    it is done either way and returns ``ready``, and ``get(timeout)`` returns
-    the embedder or raises the error (or ``EmbedderLoading`` if still loading).
-    """
-
-    def __init__(
-        self, load: Callable[[], Embedder], *, thread_name: str = "lambo-embedder"
-    ) -> None:
-        self._load = load
-        self._thread_name = thread_name
-        self._done = threading.Event()
-        self._start_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._embedder: Embedder | None = None
-        self._error: LamboError | None = None
-
-    def start(self) -> LazyEmbedder:
-        with self._start_lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=self._thread_name, daemon=True
-                )
-                self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            self._embedder = self._load()
-        except LamboError as exc:
-            if exc.detail:
-                log.warning("%s: %s", exc.kind.value, exc.detail)
-            self._error = exc
-        except Exception as exc:  # a fault in the loader must not kill the serve
-            log.exception("the embedder failed to load")
-            self._error = ConfigError(
-                "the embedder failed to load; the detail was logged", detail=repr(exc)
-            )
-        finally:
-            self._done.set()
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def ready(self) -> bool:
-        return self._done.is_set() and self._embedder is not None
-
-    @property
-    def loading(self) -> bool:
-        return self.started and not self._done.is_set()
-
-    @property
-    def error(self) -> LamboError | None:
-        return self._error if self._done.is_set() else None
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until loading ends (or ``timeout`` seconds pass); True if the model is ready."""
-        self.start()
-        self._done.wait(timeout)
-        return self.ready
-
-    def get(self, timeout: float | None = 0.0) -> Embedder:
-        self.wait(timeout)
-        if self._embedder is not None:
-            return self._embedder
-        if self._error is not None and self._done.is_set():
-            raise self._error
-        raise EmbedderLoading("the embedder is still loading; the write waits for it")
-
-
-class EmbedderLoading(ConfigError):
-    """Raised by ``LazyEmbedder.get`` while the model is still loading."""
-
-
-def start_embedder(config: Config) -> LazyEmbedder:
-    """Begin loading the configured embedder in the background."""
-    return LazyEmbedder(lambda: load_embedder(config)).start()

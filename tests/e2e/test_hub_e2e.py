@@ -312,15 +312,15 @@ class RawServe:
 
 SLOW_MODEL_LOAD = """
 import sys, time
-import lambo_core.embed.onnx as onnx
+import lambo_core.embed.loader as loader
 
-_load = onnx.LazyEmbedder._run
+_load = loader.LazyEmbedder._run
 
 def _slow_load(self):
     time.sleep(30)
     _load(self)
 
-onnx.LazyEmbedder._run = _slow_load
+loader.LazyEmbedder._run = _slow_load
 print("e2e: every model load in this process takes 30 s longer", file=sys.stderr, flush=True)
 """
 
