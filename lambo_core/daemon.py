@@ -1,48 +1,10 @@
 """One daemon per session: canonization cycles, the contradiction list, and sweeps.
 
-Spec: "Contradiction warnings" (the warning "is found by the background
-daemon, so it appears from the daemon's next cycle after the write"; the
-contradiction budget #196), lambo_stats (``canonization_cycles``), and the
-canonization rules in ``canon.py``.
-
-``Daemon.cycle`` is one pass, run on the session's single writer thread
-(``attach`` registers it with ``WritePipeline.every`` at
-``[canonization] cycle_interval_s``), so it never races the apply worker:
-
-1. a canonization cycle (``canon.run_cycle``): at most one step per concept,
-   each persisted and recorded as a canonization event;
-2. garbage collection: ``gc.maybe_sweep(session, now, gc_settings)``, which
-   sweeps when ``[gc]``'s mutation count or elapsed time is due (the daemon
-   keeps the last report, ``last_sweep``); then any extra hooks in ``sweeps``,
-   each called with ``(session, now)``. A sweep that ran (anything but None
-   returned) makes the next cycle measure every concept's support afresh,
-   since it may have removed concepts;
-3. the contradiction list recall reads: every concept a contradiction
-   currently fires on (``contradiction.contradictions``), at most
-   ``contradiction_budget`` of them kept, Canonical first, then Venerable,
-   Candidate and the rest, newest contradiction first within a status; the
-   rest are counted in ``contradictions_dropped``.
-
-At start, the daemon's first job on the writer thread (as soon as the worker
-is free) is the contradiction list alone (``list_contradictions``), so a
-fresh serve warns on the contradictions its store already holds without
-waiting one interval; the first whole cycle follows one interval later. The
-start pass takes no canonization step and sweeps nothing: a serve restarted
-often must not promote (or age concepts through sweeps) faster than one
-cycle per interval. Until that first listing, recall checks every hit
-(``listing`` stays None), so a recall answered before
-it misses nothing either.
-
-Every time it reads comes from one injectable clock (``clock``, the
-session's by default), so tests drive cycles by calling ``cycle()`` on a
-``ManualClock`` without sleeping. A session's other background jobs keep
-their own schedules: the write-behind of recall access counts runs on the
-same writer thread (``WritePipeline.flush_access_counts``, about once a
-second), and the lease heartbeat in the hub (``hub.LeaseKeeper.renew``), so a
-long cycle can never let the lease lapse.
-
-The daemon registers itself per session (``daemon_for``), so readers that
-hold only the session (recall, stats) can reach its list and counters.
+Spec: "Contradiction warnings" (the warning is found by the daemon, from its next cycle
+after the write; the contradiction budget), lambo_stats (``canonization_cycles``). It runs
+on the session's writer thread; the order of one pass and the start pass are in
+docs/design.md, "The daemon". The service that owns it hands its contradiction list and
+its demotion history (``history``) to recall and inspect.
 """
 
 from __future__ import annotations
@@ -53,11 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import gc
-from .canon import RANK, CanonRules, CycleReport, CycleState, run_cycle
+from .canon.cycle import CycleReport, CycleState, run_cycle
+from .canon.history import CanonHistory
+from .canon.rules import RANK, CanonRules
 from .clock import Clock
 from .config import Config
 from .contradiction import ContradictionInfo, contradicted_targets, contradictions
-from .owned import PerOwner
 
 if TYPE_CHECKING:
     from .session import Session
@@ -87,11 +50,13 @@ class Daemon:
         self.session = session
         self.config = config if isinstance(config, Config) else None
         if isinstance(config, CanonRules):
-            self.rules = config
+            rules = config
         elif config is not None:
-            self.rules = CanonRules.from_config(config)
+            rules = CanonRules.from_config(config)
         else:
-            self.rules = CanonRules()
+            rules = CanonRules()
+        # The demotion history its cycles record and recall and inspect read, under its rules.
+        self.history = CanonHistory(session, rules)
         if gc_settings is None and self.config is not None:
             gc_settings = gc.GcSettings.from_config(self.config)
         self.gc_settings = gc_settings  # None: this daemon does not collect
@@ -108,10 +73,18 @@ class Daemon:
         self.last_report: CycleReport | None = None
         self._contradictions: dict[str, ContradictionInfo] = {}
         self.contradictions_dropped = 0
-        _DAEMONS.put(session, self)
         # What recall warns on (the service hands it over): the list, from the first
         # listing on; until then None, and recall checks every hit.
         self.listing: Callable[[str], bool] | None = None
+
+    @property
+    def rules(self) -> CanonRules:
+        """The ``[canonization]`` rules: its history's, the one place they are kept."""
+        return self.history.rules
+
+    @rules.setter
+    def rules(self, rules: CanonRules) -> None:
+        self.history.rules = rules
 
     def attach(self, pipeline: WritePipeline) -> Daemon:
         """On the pipeline's writer thread: the contradiction list at once, then ``cycle``
@@ -139,7 +112,7 @@ class Daemon:
         holding the index lock, relying on being its only writer meanwhile.
         """
         now = self.clock.now()
-        report = run_cycle(self.session, self.rules, now, self._state)
+        report = run_cycle(self.history, now, self._state)
         hooks: list[Sweep] = list(self.sweeps)
         if self.gc_settings is not None:
             hooks.insert(0, self._collect)
@@ -243,11 +216,3 @@ class Daemon:
                 "contradictions_listed": len(self._contradictions),
                 "contradictions_dropped": self.contradictions_dropped,
             }
-
-
-_DAEMONS: PerOwner[Session, Daemon] = PerOwner()
-
-
-def daemon_for(session: Session) -> Daemon | None:
-    """The daemon running for ``session`` in this process, if any (the latest one made)."""
-    return _DAEMONS.peek(session)

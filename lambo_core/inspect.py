@@ -48,7 +48,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .args import check_arguments, check_int, check_scope, require
-from .canon import CanonRules, admission_section
+from .canon.admission import admission_section
+from .canon.history import CanonHistory
+from .canon.rules import CanonRules
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, contradictions
 from .errors import ReferenceRefused, StoreError
 from .index.graph import SessionGraph
@@ -311,11 +313,11 @@ def refuse_focus(focus: str, res: Resolution) -> ReferenceRefused:
 
 
 def _admission(
-    session: Session, node_id: str, now: float, rules: CanonRules
+    history: CanonHistory, node_id: str, now: float
 ) -> tuple[list[str], dict[str, Any] | None, str | None]:
     """The canonization section: its lines, the structured ``admission``, or a warning."""
     try:
-        lines, data = admission_section(session, node_id, now, rules)
+        lines, data = admission_section(history, node_id, now)
     except StoreError as exc:
         if exc.detail:
             log.warning("inspect admission: %s", exc.detail)
@@ -352,7 +354,7 @@ def render(
     *,
     promotion_policy: str,
     edge_min_age: float,
-    canon_rules: CanonRules | None = None,
+    canon_history: CanonHistory | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The inspect result for a resolved focus (lock held)."""
     graph = session.index.graph
@@ -400,11 +402,14 @@ def render(
         lines.append(f"  … and {radius - len(dependents)} more (dependents_truncated)")
 
     # admission
-    rules = canon_rules or CanonRules(
-        policy="solo" if promotion_policy.lower() == "solo" else "swarm",
-        edge_min_age_s=edge_min_age,
+    history = canon_history or CanonHistory(
+        session,
+        CanonRules(
+            policy="solo" if promotion_policy.lower() == "solo" else "swarm",
+            edge_min_age_s=edge_min_age,
+        ),
     )
-    admission_text, admission, unanswered = _admission(session, node_id, now, rules)
+    admission_text, admission, unanswered = _admission(history, node_id, now)
     lines += admission_text
     if unanswered is not None:
         lines.append(unanswered)
@@ -505,14 +510,15 @@ def run_inspect(
     *,
     promotion_policy: str,
     edge_min_age: float = DEFAULT_EDGE_MIN_AGE_S,
-    canon_rules: CanonRules | None = None,
+    canon_history: CanonHistory | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Answer one lambo_inspect call: (text, structuredContent).
 
     ``promotion_policy`` is the running policy ("swarm" or "solo");
     ``edge_min_age`` the canonization age floor the contradiction rule uses;
-    ``canon_rules`` every ``[canonization]`` setting the admission gates
-    measure with (when absent: the defaults under that policy and age floor).
+    ``canon_history`` the session's demotion history, whose rules the admission
+    gates measure with (when absent: one read for this call under the defaults of
+    that policy and age floor).
     """
     request = parse_request(session, args)
     index = session.index
@@ -526,7 +532,7 @@ def run_inspect(
                 request,
                 promotion_policy=promotion_policy,
                 edge_min_age=edge_min_age,
-                canon_rules=canon_rules,
+                canon_history=canon_history,
             )
         raise refuse_focus(request.focus, res)
 

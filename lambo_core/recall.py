@@ -86,11 +86,12 @@ from typing import TYPE_CHECKING, Any
 
 from .alerts import conflict_lines, high_risk_line
 from .args import check_arguments, check_int, check_scope, require
-from .canon import CanonRules, superseded_history
+from .canon.history import CanonHistory
+from .canon.rules import CanonRules
 from .context import HitBlock, pillar_line, render_context
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, ContradictionInfo, is_contradicted
 from .embed.catalog import supersession_line_measured
-from .embed.loader import EmbedderLoading
+from .embed.onnx import EmbedderLoading
 from .errors import ConfigError, LamboError, ParameterError, StoreError
 from .index.keywords import tokenize
 from .model import ESTABLISHED, ConceptType, EdgeType, Status, short_id
@@ -893,7 +894,7 @@ def recall(
     normalize: bool | None = None,
     holder: Holder | None = None,
     listing: Callable[[str], bool] | None = None,
-    canon_rules: CanonRules | None = None,
+    canon_history: CanonHistory | None = None,
 ) -> RecallResult:
     """Answer one lambo_recall call.
 
@@ -901,8 +902,8 @@ def recall(
     serve's ``LockTable.holder``), for the conflict lines. ``listing`` is the
     daemon's contradiction list once it has listed; None (no daemon runs here, as
     in tests and one-shot tools, or its first listing is not done yet): every hit
-    is checked. ``canon_rules`` are the session's ``[canonization]`` rules, which
-    rebuild the demotion history (None: the defaults). ``legs`` and
+    is checked. ``canon_history`` is the session's demotion history (the
+    service's; None: one read for this call under the default rules). ``legs`` and
     ``normalize`` (see ``fuse``) are for the benchmarks: the served recall runs
     every leg it can and normalizes whenever the vector leg ran.
     """
@@ -993,12 +994,13 @@ def recall(
             first=[by_id[node_id] for node_id in selection.taken],
             keep_past=notes.conflicted,
         )
+        shown_history = canon_history or CanonHistory(session, CanonRules())
         blocks, hits, lines = _describe(
             graph,
             picks,
             defaults,
             now,
-            history=lambda node_id: _history_line(session, node_id, canon_rules),
+            history=lambda node_id: _history_line(shown_history, node_id),
             notes=notes,
             skipped=selection.skipped,
         )
@@ -1269,10 +1271,10 @@ def _declared_between(graph: SessionGraph, a: str, b: str) -> bool:
     )
 
 
-def _history_line(session: Session, node_id: str, rules: CanonRules | None) -> str | None:
+def _history_line(history: CanonHistory, node_id: str) -> str | None:
     """The ``⤓ Superseded at …`` line of a demoted concept (history, not a warning)."""
     try:
-        line = superseded_history(session, node_id, rules)
+        line = history.superseded(node_id)
     except LamboError as exc:  # the line is history: a store that cannot say leaves it out
         log.warning("superseded history of %s not read: %s", node_id, exc.detail)
         return None

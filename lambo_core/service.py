@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 
 from .args import check_arguments, clamp_int, require
-from .canon import CanonRules
+from .canon.history import CanonHistory
+from .canon.rules import CanonRules
 from .config import Config
 from .daemon import Daemon
 from .errors import LamboError, ParameterError, internal_fault
@@ -101,6 +102,10 @@ class MemoryService:
         self._canon_rules = daemon.rules if daemon is not None else CanonRules.from_config(config)
         self._edge_min_age = self._canon_rules.edge_min_age_s
         self._policy = self._canon_rules.policy.capitalize()
+        # the demotion history recall and inspect read: the daemon's, which its cycles record
+        self._canon_history = (
+            daemon.history if daemon is not None else CanonHistory(session, self._canon_rules)
+        )
         self.locks = LockTable(session.clock)  # advisory, in RAM: gone with the hub
         self._handlers: dict[str, Handler] = {
             "lambo_recall": self._recall,
@@ -113,7 +118,7 @@ class MemoryService:
                     a,
                     promotion_policy=self._policy,
                     edge_min_age=self._edge_min_age,
-                    canon_rules=self._canon_rules,
+                    canon_history=self._canon_history,
                 )
             ),
             "lambo_stale": self._off_loop(
@@ -180,7 +185,7 @@ class MemoryService:
                 rrf_k=int(self.config.get("fusion.rrf_k")),
                 holder=self.locks.holder,
                 listing=self.daemon.listing if self.daemon is not None else None,
-                canon_rules=self._canon_rules,
+                canon_history=self._canon_history,
             )
         )
         return ToolResult(texts=[result.context], structured=result.structured())

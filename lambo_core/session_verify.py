@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .canon import CanonRules, DemotionLog
+from .canon.history import DemotionLog
+from .canon.rules import CanonRules
 from .contradiction import ContradictionInfo, is_contradicted
 from .index.graph import SessionGraph
 from .model import EdgeType, Status, short_id

@@ -10,15 +10,10 @@ from typing import Any
 
 import pytest
 
-from lambo_core.canon import (
-    CanonRules,
-    DemotionLog,
-    admission,
-    admission_section,
-    aged_blast_radius,
-    measure_support,
-    superseded_history,
-)
+from lambo_core.canon.admission import admission, admission_section
+from lambo_core.canon.evidence import aged_blast_radius, measure_support
+from lambo_core.canon.history import CanonHistory, DemotionLog
+from lambo_core.canon.rules import CanonRules
 from lambo_core.clock import ManualClock
 from lambo_core.daemon import Daemon
 from lambo_core.errors import StoreError
@@ -107,7 +102,7 @@ class World:
             {"agent_id": "agent-a", "focus": focus},
             promotion_policy=self.rules.policy,
             edge_min_age=self.rules.edge_min_age_s,
-            canon_rules=self.rules,
+            canon_history=self.daemon.history,
         )
 
 
@@ -383,7 +378,7 @@ def test_over_the_budget_demotes_the_lowest_radius_and_says_budget(make_world: A
         "to": "Venerable",
         "reason": "budget",
     }
-    assert superseded_history(world.session, small) is None  # a budget demotion is no history
+    assert world.daemon.history.superseded(small) is None  # a budget demotion is no history
 
     # back under a larger budget, the cooldown holds it for 300 s after the demotion
     world.daemon.rules = world.rules = replace(world.rules, canonical_budget=5)
@@ -443,7 +438,7 @@ def test_supersede_demotes_only_on_newer_support_by_other_agents(make_world: Any
     assert schema_steps(world, schema, 1) == [(Status.CANONICAL, Status.VENERABLE)]
     assert world.events(schema)[-1] == (Status.CANONICAL, Status.VENERABLE, None, demoted_at)
 
-    line = superseded_history(world.session, schema)
+    line = world.daemon.history.superseded(schema)
     assert line is not None and line.kind == "superseded"
     assert line.render() == (
         f"⤓ Superseded at {format_rfc3339(demoted_at)} by "
@@ -479,7 +474,7 @@ def test_supersede_demotes_only_on_newer_support_by_other_agents(make_world: Any
     world.cite(schema, "agent-b", ["b reads users again"])
     assert schema_steps(world, schema, AGE) == [(Status.VENERABLE, Status.CANONICAL)]
     assert world.events(schema)[-1][2] == 8  # 6 + e's + b's citations
-    assert superseded_history(world.session, schema) is None  # Canonical again: no history line
+    assert world.daemon.history.superseded(schema) is None  # Canonical again: no history line
 
 
 def test_supersede_off_never_demotes(make_world: Any) -> None:
@@ -530,7 +525,7 @@ def test_supersession_is_rebuilt_from_the_stored_events(tmp_path: Path) -> None:
     finally:
         world.pipeline.close()
     reopened = Session.open(store, "s", PLAN, clock=world.clock)
-    line = superseded_history(reopened, schema)
+    line = CanonHistory(reopened, CanonRules()).superseded(schema)
     assert line is not None and line.by == accounts and line.at == demoted[3]
     rebuilt = DemotionLog.rebuild(
         store.canon_events("s"), reopened.index.graph, CanonRules(supersede=True)
@@ -546,7 +541,7 @@ def test_superseded_line_without_the_superseding_concept(make_world: Any) -> Non
     world.cycle(AGE)
     with world.session.index.lock:
         world.graph.remove_concept(accounts)
-    line = superseded_history(world.session, schema)
+    line = world.daemon.history.superseded(schema)
     assert line is not None and line.by_content is None
     assert line.render().endswith(f"by a concept no longer in memory (id {short_id(accounts)})")
 
@@ -590,13 +585,13 @@ def test_an_unanswering_store_leaves_admission_null(make_world: Any, monkeypatch
     )
     assert warning in data["warnings"] and warning in text.split("\n")
     with pytest.raises(StoreError):
-        admission(world.session, world.id_of("user schema"), world.clock.now())
+        admission(world.daemon.history, world.id_of("user schema"), world.clock.now())
 
 
 def test_admission_section_lines_match_the_structured_reasons(make_world: Any) -> None:
     world = make_world(CanonRules(policy="solo"))
     node = world.derive("user schema")
-    lines, data = admission_section(world.session, node, world.clock.now(), world.rules)
+    lines, data = admission_section(world.daemon.history, node, world.clock.now())
     assert lines[0] == "canonization (Solo): None -> Candidate refused"
     assert lines[1:] == [f"  - {r}" for r in data["reasons"]]
 
@@ -867,19 +862,17 @@ def test_the_demotion_log_is_rebuilt_with_the_daemons_rules_whoever_asks_first(
     make_world: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Recall's history line may ask first; the configured rules must still apply."""
-    from lambo_core import canon
-
     rules = CanonRules(edge_min_age_s=5.0, supersede=True)
     world = make_world(rules)
     world.derive("user schema")
     seen: list[CanonRules] = []
-    real = canon.DemotionLog.rebuild
+    real = DemotionLog.rebuild
 
-    def spy(events: Any, graph: Any, used: CanonRules) -> canon.DemotionLog:
+    def spy(events: Any, graph: Any, used: CanonRules) -> DemotionLog:
         seen.append(used)
         return real(events, graph, used)
 
-    monkeypatch.setattr(canon.DemotionLog, "rebuild", spy)
+    monkeypatch.setattr(DemotionLog, "rebuild", spy)
     args = {"agent_id": "a", "query": "user schema"}
-    recall(world.session, args, defaults=RecallDefaults(), canon_rules=rules)
+    recall(world.session, args, defaults=RecallDefaults(), canon_history=world.daemon.history)
     assert seen == [rules]

@@ -11,11 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
-from lambo_core.canon import CanonRules
+from lambo_core.canon.rules import CanonRules
 from lambo_core.clock import ManualClock
 from lambo_core.config import load_config
-from lambo_core.daemon import Daemon, daemon_for
-from lambo_core.embed.loader import LoadedModels
+from lambo_core.daemon import Daemon
 from lambo_core.errors import StoreError
 from lambo_core.model import Status
 from lambo_core.recall import RecallDefaults, recall
@@ -146,12 +145,6 @@ def test_a_store_refusal_stops_the_cycle_and_is_counted(
     assert [s.node_id for s in world.daemon.cycle().steps] == [schema]
 
 
-def test_the_daemon_registers_for_its_session(world: World) -> None:
-    assert daemon_for(world.session) is world.daemon
-    other = Session.open(MemoryStore(), "t", PLAN, clock=world.clock)
-    assert daemon_for(other) is None
-
-
 def test_attach_runs_cycles_on_the_writer_thread() -> None:
     """The cycle goes through WritePipeline.every, so it runs on the apply worker's thread."""
     w = World(CanonRules(cycle_interval_s=0.01))
@@ -190,9 +183,7 @@ def test_stats_report_the_policy_cycles_and_canonical_count(tmp_path: Path) -> N
         env={"LAMBO_HOME": str(tmp_path), "LAMBO_PROMOTION_POLICY": "solo"}, cwd=tmp_path
     )
     clock = ManualClock(T0)
-    session = Session.open(
-        MemoryStore(), "s", EmbedderPlan.from_config(config, LoadedModels()), clock=clock
-    )
+    session = Session.open(MemoryStore(), "s", EmbedderPlan.from_config(config), clock=clock)
     pipeline = WritePipeline(session).start()
     daemon = Daemon(session, config)
     service = MemoryService(session, pipeline, config, daemon)
@@ -257,7 +248,7 @@ def test_open_service_lists_the_stores_contradictions_at_start(
     service = open_service(earlier.store, config, ServeOptions(session="s"))
     try:
         daemon = service.daemon
-        assert daemon is not None and daemon_for(service.session) is daemon
+        assert daemon is not None
         assert listed_once.wait(10), "the daemon did not list contradictions at start"
         assert daemon.listed(schema) and not daemon.listed(accounts)
         assert daemon.listing == daemon.listed

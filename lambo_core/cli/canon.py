@@ -114,7 +114,7 @@ def verify_cmd(ctx: click.Context, session: str, store: str | None, as_json: boo
     Example:
       lambo session verify --session demo
     """
-    from ..canon import CanonRules
+    from ..canon.rules import CanonRules
     from ..config import store_flags
     from ..session_verify import render_verify, verify_session
     from ..store_reports import open_existing_store, require_session

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..canon.solo_table import ScoreTable
 from ..model import EdgeType, Vector, WriteBatch
 from ..store.base import KeywordIndex, Store
 from .graph import SessionGraph
@@ -139,6 +140,7 @@ class SessionIndex:
         self.vector_search = vector_search
         self.lock = threading.RLock()
         self.skipped_vectors = 0  # stored vectors whose width did not match (left out)
+        self.score_table: ScoreTable | None = None  # canonization's Solo bar (canon/solo.py)
 
     @classmethod
     def open(cls, store: Store, session: str) -> SessionIndex:

@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from lambo_core.canon import CanonRules  # noqa: E402
+from lambo_core.canon.rules import CanonRules  # noqa: E402
 from lambo_core.clock import ManualClock  # noqa: E402
 from lambo_core.daemon import Daemon  # noqa: E402
 from lambo_core.model import (  # noqa: E402
