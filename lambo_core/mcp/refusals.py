@@ -2,7 +2,7 @@
 
 A request refused before any tool runs (an unknown tool, a line over the
 size limit, a line that is not a request) gets a JSON-RPC error. Stdio
-(``stdio.py``, ``server.py``) and the hub socket (``hub.py``) answer these
+(``stdio.py``, ``server.py``) and the hub socket (``hub.server``) answer these
 with the same code and the same text, so a client forwarded through another
 serve sees exactly what a client of the hub's own stdio sees.
 """

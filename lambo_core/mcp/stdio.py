@@ -197,6 +197,102 @@ def judge_line(line: bytes | bytearray) -> Verdict:
     return Verdict(message)
 
 
+class _LinePipe:
+    """One byte pipe as MCP message streams: lines in through the framer, messages out.
+
+    The reader judges each line (dispatch, answer or ignore); the writer serializes
+    what the server sends. Both write under one lock; once the output has failed,
+    what the server sends is dropped.
+    """
+
+    def __init__(
+        self,
+        receive_chunk: Callable[[], Awaitable[bytes]],
+        send_bytes: Callable[[bytes], Awaitable[None]],
+        max_line: int,
+        peer: str,
+    ) -> None:
+        self._receive_chunk = receive_chunk
+        self._send_bytes = send_bytes
+        self._max_line = max_line
+        self._peer = peer
+        self._splitter = LineSplitter(max_line)
+        self._too_large = too_large_text(max_line)
+        self._write_lock = anyio.Lock()
+        self._output_broken = False
+        # A client may send any number of bad lines: warn about a few, then count them.
+        self._bad_lines = RateLimitedWarnings(log, f"{peer}: bad request lines")
+        self.read_send, self.read_recv = anyio.create_memory_object_stream[
+            SessionMessage | Exception
+        ](0)
+        self.write_send, self._write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def _write(self, data: bytes) -> None:
+        async with self._write_lock:
+            if self._output_broken:
+                return
+            try:
+                await self._send_bytes(data)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                self._output_broken = True
+                log.warning(
+                    "%s: output closed (%s); dropping what the server sends", self._peer, exc
+                )
+
+    async def _refuse_oversized(self, item: OversizedLine) -> None:
+        # Each costs the sender over 4 MiB: these cannot flood the log, so each is logged.
+        log.warning(
+            "%s: request line of %d bytes is over the %d-byte limit; discarded and answered",
+            self._peer,
+            item.size,
+            self._max_line,
+        )
+        rid = extract_request_id(item.head, item.tail)
+        await self._write(_error(rid, types.INVALID_REQUEST, self._too_large))
+        await self.read_send.send(LineRejected("request too large", item.size))
+
+    async def _handle(self, item: Line | OversizedLine) -> None:
+        if isinstance(item, OversizedLine):
+            await self._refuse_oversized(item)
+            return
+        line = item.data
+        if not line or line.isspace():
+            return
+        verdict = judge_line(line)
+        if verdict.message is not None:
+            await self.read_send.send(SessionMessage(verdict.message))
+            return
+        self._bad_lines.warning("%s: line of %d bytes %s", self._peer, len(line), verdict.reason)
+        if verdict.reply is not None:
+            await self._write(verdict.reply)
+        await self.read_send.send(LineRejected("invalid JSON-RPC message", len(line)))
+
+    def _input_ended(self) -> None:
+        self._bad_lines.flush()
+        if self._splitter.pending:
+            log.warning(
+                "%s: input ended inside a line of %d bytes; not answered",
+                self._peer,
+                self._splitter.pending,
+            )
+
+    async def read_all(self) -> None:
+        try:
+            async with self.read_send:
+                while chunk := await self._receive_chunk():
+                    for item in self._splitter.feed(chunk):
+                        await self._handle(item)
+                self._input_ended()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            # The server stopped reading: nobody is left to serve.
+            return
+
+    async def write_all(self) -> None:
+        async with self._write_recv:
+            async for session_message in self._write_recv:
+                await self._write(_serialize(session_message.message))
+
+
 @contextlib.asynccontextmanager
 async def bounded_message_streams(
     receive_chunk: Callable[[], Awaitable[bytes]],
@@ -213,93 +309,21 @@ async def bounded_message_streams(
     read side closes at the end of input; on leaving, output already handed to
     the write stream is written out and the reader is cancelled.
     """
-    splitter = LineSplitter(max_line)
-    too_large = too_large_text(max_line)
-    write_lock = anyio.Lock()
-    output_broken = False
-
-    async def write(data: bytes) -> None:
-        nonlocal output_broken
-        async with write_lock:
-            if output_broken:
-                return
-            try:
-                await send_bytes(data)
-            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                output_broken = True
-                log.warning("%s: output closed (%s); dropping what the server sends", peer, exc)
-
-    read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
-
-    # A client may send any number of bad lines: warn about a few, then count them.
-    bad_lines = RateLimitedWarnings(log, f"{peer}: bad request lines")
-
-    async def handle(item: Line | OversizedLine) -> None:
-        if isinstance(item, OversizedLine):
-            # Each costs the sender over 4 MiB: these cannot flood the log, so each is logged.
-            log.warning(
-                "%s: request line of %d bytes is over the %d-byte limit; discarded and answered",
-                peer,
-                item.size,
-                max_line,
-            )
-            await write(
-                _error(extract_request_id(item.head, item.tail), types.INVALID_REQUEST, too_large)
-            )
-            await read_send.send(LineRejected("request too large", item.size))
-            return
-        line = item.data
-        if not line or line.isspace():
-            return
-        verdict = judge_line(line)
-        if verdict.message is not None:
-            await read_send.send(SessionMessage(verdict.message))
-            return
-        bad_lines.warning("%s: line of %d bytes %s", peer, len(line), verdict.reason)
-        if verdict.reply is not None:
-            await write(verdict.reply)
-        await read_send.send(LineRejected("invalid JSON-RPC message", len(line)))
-
-    async def reader() -> None:
-        try:
-            async with read_send:
-                while True:
-                    chunk = await receive_chunk()
-                    if not chunk:
-                        bad_lines.flush()
-                        if splitter.pending:
-                            log.warning(
-                                "%s: input ended inside a line of %d bytes; not answered",
-                                peer,
-                                splitter.pending,
-                            )
-                        return
-                    for item in splitter.feed(chunk):
-                        await handle(item)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            # The server stopped reading: nobody is left to serve.
-            return
-
-    async def writer() -> None:
-        async with write_recv:
-            async for session_message in write_recv:
-                await write(_serialize(session_message.message))
-
+    pipe = _LinePipe(receive_chunk, send_bytes, max_line, peer)
     async with anyio.create_task_group() as tg:
         reader_scope = anyio.CancelScope()
 
         async def run_reader() -> None:
             with reader_scope:
-                await reader()
+                await pipe.read_all()
 
         tg.start_soon(run_reader)
-        tg.start_soon(writer)
+        tg.start_soon(pipe.write_all)
         try:
-            yield read_recv, write_send
+            yield pipe.read_recv, pipe.write_send
         finally:
             reader_scope.cancel()
-            await write_send.aclose()
+            await pipe.write_send.aclose()
 
 
 # --- stdio: claiming fds 0 and 1 ------------------------------------------------------------
