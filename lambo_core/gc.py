@@ -119,16 +119,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .contradiction import DEFAULT_EDGE_MIN_AGE_S, is_contradicted
 from .errors import LamboError
+from .index.caches import EdgeSummaries, EdgeSummary
 from .model import ESTABLISHED, Concept, ConceptType, Edge, EdgeType
 from .owned import PerOwner
 from .scoring import (
-    EdgeSummary,
     EdgeView,
     base_parts,
     interaction_count,
-)
-from .scoring import (
-    max_degree as session_max_degree,
 )
 from .text import format_rfc3339
 
@@ -233,8 +230,8 @@ class _SummaryOnce(EdgeView):
     (``scoring.SUMMARY_CACHE_SIZE`` concepts) that would walk its edges twice.
     """
 
-    def __init__(self, graph: SessionGraph) -> None:
-        super().__init__(graph)
+    def __init__(self, graph: SessionGraph, summaries: EdgeSummaries | None) -> None:
+        super().__init__(graph, summaries)
         self._last: tuple[str, EdgeSummary] | None = None
 
     def summary(self, node_id: str) -> EdgeSummary:
@@ -253,6 +250,7 @@ def plan_sweep(
     *,
     pending_access: Callable[[str], int] | None = None,
     lock: AbstractContextManager[object] | None = None,
+    summaries: EdgeSummaries | None = None,
 ) -> GcPlan:
     """Which concepts a sweep at ``now`` collects, defers and keeps; which weak edges it drops.
 
@@ -269,8 +267,8 @@ def plan_sweep(
     plan = GcPlan()
     with hold:
         node_ids = graph.concept_ids()
-        view = _SummaryOnce(graph)
-        max_degree = session_max_degree(graph, time.monotonic())
+        view = _SummaryOnce(graph, summaries)
+        max_degree = graph.max_degree
         interactions = interaction_count(graph)
     doomed: dict[str, _Rank] = {}
     check: list[str] = []  # doomed concepts a protection may rescue (the rest cannot be)
@@ -534,6 +532,7 @@ def sweep(session: Session, now: float, settings: GcSettings, trigger: Trigger) 
         settings,
         pending_access=lambda node_id: session.access_counts.pending(node_id),
         lock=index.lock,
+        summaries=index.summaries,
     )
     if plan.collect:
         session.store.delete_concepts(session.name, plan.collect)

@@ -55,8 +55,8 @@ from .contradiction import DEFAULT_EDGE_MIN_AGE_S, contradictions
 from .errors import ReferenceRefused, StoreError
 from .index.graph import SessionGraph
 from .model import Concept, Edge, EdgeType, Status, short_id
-from .owned import PerOwner
-from .recall import contradicted_line, keyword_query, rests_on_lines
+from .recall.legs import keyword_query
+from .recall.lines import contradicted_line, rests_on_lines
 from .references import MAX_LISTED_CANDIDATES, match_reference
 from .text import canonical_key, check_agent_id, check_string, format_rfc3339, show_safely
 
@@ -157,9 +157,6 @@ class Resolution:
     suggestions: list[Concept] = field(default_factory=list)
 
 
-_pillar_cache: PerOwner[SessionGraph, tuple[int, list[str]]] = PerOwner()
-
-
 def pillar_ids(session: Session) -> list[str]:
     """The (at most 1,000) concepts with the largest blast radius, largest first.
 
@@ -173,7 +170,7 @@ def pillar_ids(session: Session) -> list[str]:
     with index.lock:
         graph = index.graph
         version = graph.version
-        cached = _pillar_cache.peek(graph)
+        cached = index.pillars
         if cached is not None and cached[0] == version:
             return cached[1]
         ids = graph.concept_ids()
@@ -188,7 +185,8 @@ def pillar_ids(session: Session) -> list[str]:
                         scored.append((radius, order, node_id))
     # largest radius first; among equals the more recently written
     pillars = [node_id for *_, node_id in heapq.nlargest(SUBSET_BY_RADIUS, scored)]
-    _pillar_cache.put(graph, (version, pillars))
+    with index.lock:
+        index.pillars = (version, pillars)
     return pillars
 
 

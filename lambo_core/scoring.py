@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-import weakref
-from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .index.caches import EdgeSummaries, EdgeSummary
 from .index.graph import SessionGraph
 from .model import Concept, ConceptType, Edge, EdgeType
-from .owned import PerOwner
 
 if TYPE_CHECKING:
+    from .index.session_index import SessionIndex
     from .session import Session
 
 # =====================================================================================
@@ -58,89 +56,6 @@ def recent_interactions(graph: SessionGraph, count: int) -> list[str]:
 
 def interaction_count(graph: SessionGraph) -> int:
     return graph.interaction_count
-
-
-def _degree_table(graph: SessionGraph) -> int:
-    """The highest edge count (all types, both directions) of any concept in the session."""
-    degree: Counter[str] = Counter()
-    for edge_type in EdgeType:
-        for by_node in (graph.adjacency_out(edge_type), graph.adjacency_in(edge_type)):
-            for node, peers in by_node.items():
-                degree[node] += len(peers)
-    best = 0
-    for node, n in degree.items():
-        if n > best and node in graph:
-            best = n
-    return best
-
-
-class _SessionStats:
-    """Session-wide denominators of the base score, cached on the graph's version.
-
-    The highest edge count takes one pass over the adjacency (about 0.2 s at
-    100k concepts). A small session (under ``LARGE``) recomputes it inline on
-    every change. A large one computes it inline once, then refreshes it in a
-    background thread at most every ``REFRESH_S`` seconds after changes; reads
-    meanwhile use the last value (a hit's own degree above it counts as the
-    highest), so no read after a write pays the pass.
-    """
-
-    LARGE = 5_000
-    REFRESH_S = 2.0
-
-    def __init__(self) -> None:
-        self.version = -1
-        self.max_degree = 0
-        self.computed_at = -math.inf
-        self.refreshing = False
-        self.lock = threading.Lock()
-
-
-_STATS: PerOwner[SessionGraph, _SessionStats] = PerOwner(_SessionStats)
-
-
-def max_degree(graph: SessionGraph, monotonic_now: float) -> int:
-    """The session's highest edge count (the caller holds the index lock)."""
-    stats = _STATS.get(graph)
-    with stats.lock:
-        if stats.version == graph.version:
-            return stats.max_degree
-        if stats.version < 0 or len(graph) < _SessionStats.LARGE:
-            stats.max_degree = _degree_table(graph)
-            stats.version = graph.version
-            stats.computed_at = monotonic_now
-        elif not stats.refreshing and monotonic_now - stats.computed_at >= _SessionStats.REFRESH_S:
-            stats.refreshing = True
-            threading.Thread(
-                target=_refresh_degree,
-                args=(weakref.ref(graph), stats),
-                name="lambo-recall-degree",
-                daemon=True,
-            ).start()
-        return stats.max_degree
-
-
-def _refresh_degree(graph_ref: weakref.ref[SessionGraph], stats: _SessionStats) -> None:
-    """Recompute the highest degree without the index lock; retry if a write overlapped."""
-    try:
-        for _ in range(5):
-            graph = graph_ref()
-            if graph is None:
-                return
-            version = graph.version
-            try:
-                value = _degree_table(graph)
-            except RuntimeError:  # the adjacency changed size under the scan: go again
-                time.sleep(0.05)
-                continue
-            with stats.lock:
-                stats.max_degree = value
-                stats.version = version
-                stats.computed_at = time.monotonic()
-            return
-    finally:
-        with stats.lock:
-            stats.refreshing = False
 
 
 # =====================================================================================
@@ -195,24 +110,17 @@ class BaseParts:
         )
 
 
-# (edge count, edge bonus, latest edge time, interactions that wrote it or an edge of it)
-EdgeSummary = tuple[int, float, float, int]
-
-
 class EdgeView:
     """Every edge touching a concept, read straight from the graph's per-type adjacency.
 
-    ``SessionGraph.edges_in/edges_out`` build a list per call and hash an
-    Enum per edge type; scoring a hundred candidates per recall that way cost
-    most of the recall. This holds the per-type dicts once per recall (types no
-    concept has are skipped), and keeps each concept's summary, stamped with
-    the graph's ``edge_stamp`` for it, until an edge of that concept changes
-    (``_SUMMARIES``): a write elsewhere in the session keeps it, so a concept
-    seen before is scored with one lookup. A large session's summaries are
-    filled in the background once a serve holds it (``start_summary_warm``).
+    ``SessionGraph.edges_in/edges_out`` build a list per call; scoring a hundred
+    candidates per recall that way cost most of the recall. This holds the per-type
+    dicts once per view and keeps each concept's summary in ``summaries`` (the
+    session index's, or the view's own) until an edge of that concept changes.
+    Use it under the index lock, or on the writer thread.
     """
 
-    def __init__(self, graph: SessionGraph) -> None:
+    def __init__(self, graph: SessionGraph, summaries: EdgeSummaries | None = None) -> None:
         self.graph = graph
         self.sides = [
             (EDGE_BONUS.get(t, 0.0), t is EdgeType.DERIVES, side)
@@ -220,20 +128,19 @@ class EdgeView:
             for side in (graph.adjacency_out(t), graph.adjacency_in(t))
             if side
         ]
-        self.cache = _summary_cache(graph)
+        self.summaries = summaries if summaries is not None else EdgeSummaries()
 
     def summary(self, node_id: str) -> EdgeSummary:
         """(edge count, edge bonus, latest edge time, interactions that touched it)."""
         stamp = self.graph.edge_stamp(node_id)
-        found = self.cache.get(node_id)
-        if found is not None and found[0] == stamp:
-            return found[1]
-        result = self._summarize(node_id)
-        if found is not None or len(self.cache) < SUMMARY_CACHE_SIZE:
-            self.cache[node_id] = (stamp, result)
-        return result
+        found = self.summaries.get(node_id, stamp)
+        if found is None:
+            found = self.summarize(node_id)
+            self.summaries.put(node_id, stamp, found)
+        return found
 
-    def _summarize(self, node_id: str) -> EdgeSummary:
+    def summarize(self, node_id: str) -> EdgeSummary:
+        """The summary taken afresh from the adjacency."""
         count, bonus, last = 0, 0.0, -math.inf
         touched: set[str] = set()
         for weight, derives, by_node in self.sides:
@@ -255,72 +162,59 @@ class EdgeView:
         return (count, bonus, last, len(touched))
 
 
-SUMMARY_CACHE_SIZE = 200_000  # about 250 bytes each: 50 MB at most, 25 MB at 100k concepts
-# node id -> (its edge stamp then, summary), per graph
-_SUMMARIES: PerOwner[SessionGraph, dict[str, tuple[int, EdgeSummary]]] = PerOwner(dict)
 WARM_MIN = 5_000  # a smaller session summarises its candidates as recall meets them
-WARM_CHUNK = 1_000  # concepts summarised between yields of the GIL
+WARM_CHUNK = 500  # concepts summarised per hold of the index lock
 
 
-def _summary_cache(graph: SessionGraph) -> dict[str, tuple[int, EdgeSummary]]:
-    """The summaries kept for ``graph``: node id -> (its edge stamp then, summary)."""
-    return _SUMMARIES.get(graph)
-
-
-def start_summary_warm(graph: SessionGraph) -> threading.Thread | None:
+def start_summary_warm(index: SessionIndex) -> threading.Thread | None:
     """Summarise a large session's concepts in a background thread (None if small).
 
     Called when a serve becomes a session's hub, not by every open: at 100k
     concepts the summaries take about 1.5 s of one core, which would otherwise
-    fall on the first recalls that meet each concept, and a one-shot CLI call
-    that opens the session for one read would only pay for them.
+    fall on the first recalls that meet each concept.
     """
-    if len(graph) < WARM_MIN:
-        return None
+    with index.lock:
+        if len(index.graph) < WARM_MIN:
+            return None
     thread = threading.Thread(
-        target=warm_summaries, args=(graph,), name="lambo-summary-warm", daemon=True
+        target=warm_summaries, args=(index,), name="lambo-summary-warm", daemon=True
     )
-    _WARMING.put(graph, thread)
+    index.summaries.warming = thread
     thread.start()
     return thread
 
 
-_WARMING: PerOwner[SessionGraph, threading.Thread] = PerOwner()
-
-
-def wait_for_summaries(graph: SessionGraph, timeout: float) -> bool:
-    """Wait for ``graph``'s background summaries (benchmarks measure the steady state)."""
-    thread = _WARMING.peek(graph)
+def wait_for_summaries(index: SessionIndex, timeout: float) -> bool:
+    """Wait for the background summaries (benchmarks measure the steady state)."""
+    thread = index.summaries.warming
     if thread is not None:
         thread.join(timeout)
     return thread is None or not thread.is_alive()
 
 
-def warm_summaries(graph: SessionGraph) -> int:
-    """Summarise every concept of ``graph`` not yet summarised; how many were.
+def warm_summaries(index: SessionIndex) -> int:
+    """Summarise every concept of the session not yet summarised; how many were.
 
-    Runs without the index lock (a background thread of a large session): a
-    summary is stored with the stamp read before it was computed, and a write
-    sets the stamp after it changes the adjacency, so a summary that raced a
-    write is simply not matched later. An adjacency that changes size under
-    the walk skips that concept (recall summarises it when it meets it).
+    ``WARM_CHUNK`` concepts per hold of the index lock, so a recall or the writer
+    waits for one chunk at most, and every summary is read from a graph no one is
+    changing.
     """
-    view = EdgeView(graph)
+    summaries = index.summaries
+    with index.lock:
+        node_ids = index.graph.concept_ids()
     done = 0
-    for i, node_id in enumerate(graph.concept_ids()):
-        if i % WARM_CHUNK == 0:
-            time.sleep(0)  # let a reader or the writer in
-        if len(view.cache) >= SUMMARY_CACHE_SIZE:
-            break
-        stamp = graph.edge_stamp(node_id)
-        found = view.cache.get(node_id)
-        if found is not None and found[0] == stamp:
-            continue
-        try:
-            view.cache[node_id] = (stamp, view._summarize(node_id))
-        except RuntimeError:  # "dictionary changed size during iteration"
-            continue
-        done += 1
+    for start in range(0, len(node_ids), WARM_CHUNK):
+        with index.lock:
+            graph = index.graph
+            view = EdgeView(graph, summaries)
+            for node_id in node_ids[start : start + WARM_CHUNK]:
+                if summaries.full():
+                    return done
+                stamp = graph.edge_stamp(node_id)
+                if node_id not in graph or summaries.get(node_id, stamp) is not None:
+                    continue
+                summaries.put(node_id, stamp, view.summarize(node_id))
+                done += 1
     return done
 
 
@@ -372,7 +266,7 @@ def bulk_scores(
     ids = graph.concept_ids()
     if not ids:
         return {}, 0, graph.interaction_count
-    view = EdgeView(graph)
+    view = EdgeView(graph, session.index.summaries)
     pending = session.access_counts.snapshot()
     n = len(ids)
     count, bonus, last, touched = (np.empty(n) for _ in range(4))

@@ -172,16 +172,17 @@ def test_null_means_omitted_and_right_types_pass() -> None:
 
 
 def test_the_schemas_publish_the_bounds_the_tools_enforce() -> None:
-    from lambo_core import inspect, locks, recall, stale
+    from lambo_core import inspect, locks, stale
     from lambo_core.mcp.tools import SCHEMAS
+    from lambo_core.recall import request
 
     def bounds(tool: str, name: str) -> tuple[int, int]:
         member = SCHEMAS[tool]["properties"][name]
         return member["minimum"], member["maximum"]
 
-    assert bounds("lambo_recall", "top_k") == recall.TOP_K_RANGE
-    assert bounds("lambo_recall", "max_tokens") == recall.MAX_TOKENS_RANGE
-    assert bounds("lambo_recall", "traversal_depth") == recall.DEPTH_RANGE
+    assert bounds("lambo_recall", "top_k") == request.TOP_K_RANGE
+    assert bounds("lambo_recall", "max_tokens") == request.MAX_TOKENS_RANGE
+    assert bounds("lambo_recall", "traversal_depth") == request.DEPTH_RANGE
     assert bounds("lambo_reserve", "ttl_seconds") == locks.TTL_RANGE
     assert bounds("lambo_inspect", "depth") == inspect.DEPTH_RANGE
     assert bounds("lambo_stale", "offset") == stale.OFFSET_RANGE

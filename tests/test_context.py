@@ -15,7 +15,7 @@ from lambo_core.context import (
     truncate_block,
     utf8_len,
 )
-from lambo_core.recall import NOTICE_LOADING
+from lambo_core.recall.legs import NOTICE_LOADING
 from lambo_core.selection import Skipped, also_label
 
 ID_A = "ddbc8bc8-52ed-465b-9a2a-b0066bda51ad"

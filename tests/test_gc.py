@@ -48,7 +48,7 @@ from lambo_core.model import (
     WriteBatch,
     new_id,
 )
-from lambo_core.scoring import EdgeView, _degree_table, base_parts, interaction_count
+from lambo_core.scoring import EdgeView, base_parts, interaction_count
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.store.base import Store
@@ -332,7 +332,7 @@ def test_a_low_score_is_measured_against_the_type_resistance(store: Store) -> No
             graph,
             concept,
             LATER,
-            max_degree=_degree_table(graph),
+            max_degree=graph.max_degree,
             interactions=interaction_count(graph),
             view=view,
         ).total
@@ -1054,7 +1054,7 @@ def check_sweep(store: Store, world: dict[str, Any]) -> None:
     assert report.collected == len(collected) <= s.per_sweep_cap
     assert report.cap_bound == (report.deferred > 0)
 
-    max_degree = _degree_table(before)
+    max_degree = before.max_degree
     interactions = interaction_count(before)
     for node in collected:
         c = before.concept(node)

@@ -17,9 +17,9 @@ import pytest
 from lambo_core.clock import ManualClock
 from lambo_core.embed.base import Embedder, make_contract
 from lambo_core.embed.importer import import_model
-from lambo_core.embed.loader import LazyEmbedder
-from lambo_core.embed.onnx import OnnxEmbedder
+from lambo_core.embed.onnx import LazyEmbedder, OnnxEmbedder
 from lambo_core.errors import ConfigError, LamboError, ParameterError
+from lambo_core.index.caches import LegResults
 from lambo_core.model import (
     Concept,
     ConceptType,
@@ -31,20 +31,15 @@ from lambo_core.model import (
     WriteBatch,
     short_id,
 )
-from lambo_core.recall import (
+from lambo_core.recall import RecallDefaults, RecallResult, recall
+from lambo_core.recall.dependency import find_dependency_anchor
+from lambo_core.recall.fusion import Candidate, fuse, order_candidates
+from lambo_core.recall.legs import (
     NOTICE_FAILED,
     NOTICE_LOADING,
     NOTICE_MISSING,
     VECTOR_LOADING_WARNING,
-    Candidate,
-    LegResults,
-    RecallDefaults,
-    RecallResult,
-    find_dependency_anchor,
-    fuse,
     keyword_query,
-    order_candidates,
-    recall,
 )
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
@@ -504,7 +499,7 @@ def test_fusion_sum_adds_keyword_and_vector_with_the_recent_floor() -> None:
 
 
 def test_keyword_coverage_weighs_a_fused_keyword_score() -> None:
-    from lambo_core.recall import coverage
+    from lambo_core.recall.fusion import coverage
 
     wanted = set(keyword_query("where is the stripe webhook handler?").split())
     assert wanted == {"stripe", "webhook", "handler"}
@@ -719,24 +714,16 @@ def test_a_dependency_answer_carries_no_contradiction_lines_and_counts_access(
 
 
 # =====================================================================================
-# the session-wide degree: inline when small, refreshed in the background when large
+# the session-wide degree: kept by the graph as edges come and go
 # =====================================================================================
 
 
-def test_a_large_session_refreshes_the_highest_degree_off_the_read_path(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import time
-
-    import lambo_core.scoring as scoring
-
-    monkeypatch.setattr(scoring._SessionStats, "LARGE", 1)
-    monkeypatch.setattr(scoring._SessionStats, "REFRESH_S", 0.0)
+def test_the_highest_degree_follows_every_write_and_removal() -> None:
     mem = Mem()
     mem.write([(nid(1), "hub concept", "entity")])
     session = mem.session()
     graph = session.index.graph
-    assert scoring.max_degree(graph, 0.0) == 1  # the first read computes inline
+    assert graph.max_degree == 1  # the DERIVES edge from its interaction
     with session.index.lock:  # a write: three dependents of the hub
         for i in range(3):
             graph.add_concept(
@@ -745,12 +732,12 @@ def test_a_large_session_refreshes_the_highest_degree_off_the_read_path(
             graph.add_edge(
                 Edge("s", nid(10 + i), nid(1), EdgeType.DEPENDENCY, 1.0, None, "a", T0, T0)
             )
-    assert scoring.max_degree(graph, 1.0) == 1  # stale at once, refresh started
-    for _ in range(200):
-        if scoring.max_degree(graph, 2.0) == 4:
-            break
-        time.sleep(0.01)
-    assert scoring.max_degree(graph, 3.0) == 4
+    assert graph.max_degree == 4  # read right after the write, no refresh to wait for
+    with session.index.lock:
+        graph.remove_edge(nid(10), nid(1), EdgeType.DEPENDENCY)
+        assert graph.max_degree == 3
+        graph.remove_concept(nid(1))
+        assert graph.max_degree == 0  # the dependents lost their only edge
 
 
 # =====================================================================================
@@ -1162,6 +1149,7 @@ def test_truncation_keeps_contradiction_lines_in_warnings() -> None:
 
 def test_edge_summaries_outlive_writes_elsewhere_and_follow_their_own_edges() -> None:
     from lambo_core.index.graph import SessionGraph
+    from lambo_core.index.session_index import SessionIndex
     from lambo_core.model import Concept, ConceptType, Edge, EdgeType
     from lambo_core.scoring import EdgeView, warm_summaries
 
@@ -1172,12 +1160,14 @@ def test_edge_summaries_outlive_writes_elsewhere_and_follow_their_own_edges() ->
         return Edge("s", src, dst, EdgeType.DEPENDENCY, 1.0, interaction, "a", at, at)
 
     g = SessionGraph("s")
+    index = SessionIndex("s", g, None, MemoryStore().keyword_index("s"))
     for name in ("a", "b", "c", "d"):
         g.add_concept(concept(name))
     g.add_edge(dep("a", "b", 5.0, "i1"))
-    assert warm_summaries(g) == 4
-    assert EdgeView(g).summary("b") == (1, 0.02, 5.0, 2)  # i0 wrote it, i1 an edge of it
+    assert warm_summaries(index) == 4
+    view = EdgeView(g, index.summaries)
+    assert view.summary("b") == (1, 0.02, 5.0, 2)  # i0 wrote it, i1 an edge of it
     g.add_edge(dep("c", "d", 6.0, "i2"))  # elsewhere: b's summary is kept
-    assert warm_summaries(g) == 2  # only c and d are summarised again
+    assert warm_summaries(index) == 2  # only c and d are summarised again
     g.add_edge(dep("c", "b", 7.0, "i3"))
-    assert EdgeView(g).summary("b") == (2, 0.04, 7.0, 3)
+    assert view.summary("b") == (2, 0.04, 7.0, 3) == EdgeView(g).summary("b")

@@ -1,27 +1,8 @@
 """One session's graph in RAM: concepts, typed adjacency both ways, and traversals.
 
-Rebuilt at open from the store (``SessionGraph.load``) and kept current by the
-apply worker after each committed batch. Everything here is a read-side copy:
-the store stays the truth.
-
-Layout, and why:
-- ``_out[type][src][dst]`` and ``_in[type][dst][src]`` hold the same ``Edge``
-  object, so a walk in either direction restricted to some edge types is a
-  few dict lookups per node, and reinforcing an edge updates both sides.
-- Concepts are kept without their vectors (the vectors live once, in the
-  session's ``VectorMatrix``), which halves the RAM of a large session.
-- Lookups the reference resolver needs are O(1): by short id (first 8 hex),
-  by canonical key, and the set of interaction ids.
-
-Edges may name nodes that are not concepts: a DERIVES edge starts at an
-interaction. Traversals that produce concepts (dependents, expand,
-neighbours) step only onto concepts; cycle checks walk whatever the edges
-connect.
-
-Threading: the graph has no lock of its own. The single writer mutates it
-under the session index lock, and readers take the same lock around a
-traversal (traversals are short); ``version`` grows on every change so
-result caches can key on it.
+A read-side copy of the store, rebuilt at open and kept current by the apply worker
+under the session index lock (the graph has no lock of its own); ``version`` grows on
+every change so caches can key on it. Design notes: notes/design/recall.md.
 """
 
 from __future__ import annotations
@@ -34,6 +15,8 @@ from typing import TYPE_CHECKING, Literal
 
 from ..model import Concept, Edge, EdgeType, Status, short_id
 from ..store.base import EDGE_WEIGHT_CAP, Store
+from .degrees import DegreeCount
+from .names import MultiIndex, multi_add, multi_get, multi_remove
 
 Direction = Literal["both", "out", "in"]
 
@@ -45,40 +28,6 @@ _DEPENDENT_OUT = EdgeType.HIERARCHICAL
 _HEX = frozenset("0123456789abcdef")
 
 Adjacency = dict[EdgeType, dict[str, dict[str, Edge]]]
-
-# name -> one node id, or an insertion-ordered set of them. Nearly every name
-# has exactly one id, so the common case costs no container of its own.
-_MultiIndex = dict[str, str | dict[str, None]]
-
-
-def _multi_add(index: _MultiIndex, name: str, node_id: str) -> None:
-    held = index.get(name)
-    if held is None or held == node_id:
-        index[name] = node_id
-    elif isinstance(held, str):
-        index[name] = {held: None, node_id: None}
-    else:
-        held[node_id] = None
-
-
-def _multi_remove(index: _MultiIndex, name: str, node_id: str) -> None:
-    held = index.get(name)
-    if held is None:
-        return
-    if isinstance(held, str):
-        if held == node_id:
-            del index[name]
-        return
-    held.pop(node_id, None)
-    if len(held) == 1:
-        index[name] = next(iter(held))
-
-
-def _multi_get(index: _MultiIndex, name: str) -> list[str]:
-    held = index.get(name)
-    if held is None:
-        return []
-    return [held] if isinstance(held, str) else list(held)
 
 
 @dataclass
@@ -100,8 +49,8 @@ class SessionGraph:
         self._concepts: dict[str, Concept] = {}
         self._out: Adjacency = {t: {} for t in EdgeType}
         self._in: Adjacency = {t: {} for t in EdgeType}
-        self._by_prefix: _MultiIndex = {}  # short id -> node id(s)
-        self._by_key: _MultiIndex = {}  # canonical key -> node id(s)
+        self._by_prefix: MultiIndex = {}  # short id -> node id(s)
+        self._by_key: MultiIndex = {}  # canonical key -> node id(s)
         self._interactions: set[str] = set()
         self._edge_count = 0
         self._status_count: Counter[Status] = Counter()  # lambo_stats reads it per call
@@ -111,6 +60,7 @@ class SessionGraph:
         self._edge_stamps: dict[str, int] = {}
         self._stamp_clock = 0
         self._stamp_floor = 0
+        self._degrees = DegreeCount()  # edges per node, and the highest of any concept
 
     # -- building ---------------------------------------------------------------
     @classmethod
@@ -159,9 +109,18 @@ class SessionGraph:
             if edge.edge_type is derives:
                 interactions.add(src)
         self._edge_count += added
+        self._recount_degrees()
         self._stamp_clock += 1
         self._stamp_floor = self._stamp_clock  # every node's edges may have changed
         self.version += 1
+
+    def _recount_degrees(self) -> None:
+        degrees: Counter[str] = Counter()
+        for side in (self._out, self._in):
+            for by_node in side.values():
+                for node, peers in by_node.items():
+                    degrees[node] += len(peers)
+        self._degrees.recount(degrees, self._concepts)
 
     def _shared(self, text: str) -> str:
         """One string object per distinct id, agent or session value.
@@ -200,17 +159,19 @@ class SessionGraph:
             self._unindex(old)
             self._stamp(kept.id)  # its summary counts its own interaction, which may differ
         self._concepts[kept.id] = kept
+        if old is None:
+            self._degrees.admit(kept.id)
         self._status_count[kept.status] += 1
-        _multi_add(self._by_prefix, short_id(kept.id), kept.id)
-        _multi_add(self._by_key, kept.canonical_key, kept.id)
+        multi_add(self._by_prefix, short_id(kept.id), kept.id)
+        multi_add(self._by_key, kept.canonical_key, kept.id)
         if kept.interaction_id:
             self._interactions.add(kept.interaction_id)
         self.version += 1
 
     def _unindex(self, concept: Concept) -> None:
         self._status_count[concept.status] -= 1
-        _multi_remove(self._by_prefix, short_id(concept.id), concept.id)
-        _multi_remove(self._by_key, concept.canonical_key, concept.id)
+        multi_remove(self._by_prefix, short_id(concept.id), concept.id)
+        multi_remove(self._by_key, concept.canonical_key, concept.id)
 
     def add_edge(self, edge: Edge) -> Edge:
         """Add an edge, or reinforce the one already on (src, dst, type).
@@ -243,6 +204,7 @@ class SessionGraph:
         by_src[kept.dst] = kept
         self._in[kept.edge_type].setdefault(kept.dst, {})[kept.src] = kept
         self._edge_count += 1
+        self._bump_degrees(src, dst, 1)
         self._stamp(src, dst)
         self.version += 1
         return kept
@@ -255,6 +217,7 @@ class SessionGraph:
         concept = self._concepts.pop(node_id, None)
         if concept is not None:
             self._unindex(concept)
+            self._degrees.retire(node_id)
         self._strings.pop(node_id, None)
         peers: list[str] = []
         for edge_type in EdgeType:
@@ -265,6 +228,10 @@ class SessionGraph:
             for src in inn.pop(node_id, {}):
                 self._drop_half(out, src, node_id)
                 peers.append(src)
+        for peer in peers:
+            if peer != node_id:
+                self._degrees.bump(peer, -1, concept=peer in self._concepts)
+        self._degrees.forget(node_id)
         self._stamp(node_id, *peers)  # kept for node_id too: a re-added id must not match
         self.version += 1
         return concept
@@ -291,9 +258,15 @@ class SessionGraph:
             if not by_dst:
                 del inn[dst]
         self._edge_count -= 1
+        self._bump_degrees(src, dst, -1)
         self._stamp(src, dst)
         self.version += 1
         return removed
+
+    def _bump_degrees(self, src: str, dst: str, delta: int) -> None:
+        concepts = self._concepts
+        self._degrees.bump(src, delta, concept=src in concepts)
+        self._degrees.bump(dst, delta, concept=dst in concepts)
 
     def _stamp(self, *node_ids: str) -> None:
         self._stamp_clock += 1
@@ -346,6 +319,11 @@ class SessionGraph:
         return self._edge_count
 
     @property
+    def max_degree(self) -> int:
+        """The highest edge count (all types, both directions) of any concept."""
+        return self._degrees.highest
+
+    @property
     def interaction_count(self) -> int:
         return len(self._interactions)
 
@@ -392,10 +370,10 @@ class SessionGraph:
         key = hex8.lower()
         if len(key) != 8 or not _HEX.issuperset(key):
             return []
-        return [self._concepts[i] for i in _multi_get(self._by_prefix, key)]
+        return [self._concepts[i] for i in multi_get(self._by_prefix, key)]
 
     def concepts_with_key(self, canonical_key: str) -> list[Concept]:
-        return [self._concepts[i] for i in _multi_get(self._by_key, canonical_key)]
+        return [self._concepts[i] for i in multi_get(self._by_key, canonical_key)]
 
     def is_interaction(self, some_id: str) -> bool:
         return some_id in self._interactions

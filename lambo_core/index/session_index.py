@@ -1,15 +1,9 @@
-"""One session's read-side indices, bundled: graph, vectors, keywords, and their lock.
+"""One session's read-side indices, bundled: graph, vectors, keywords, their lock and caches.
 
-``SessionIndex.open`` rebuilds the graph and the vector matrix from the store
-in one pass over the session's concepts; the keyword index is the store's own
-(FTS5 in SQLite, in-RAM BM25 in the memory store), which the store keeps
-current inside ``apply``. After each committed batch the apply worker calls
-``SessionIndex.apply`` so the in-RAM copies follow the store.
-
-Locking: ``lock`` guards every mutation and graph traversal. Take it after
-embedding, never around it, and keep it short. Vector ``top_k`` may run
-without it (``VectorMatrix`` reads through a seqlock), so the gemv never
-blocks the writer.
+``SessionIndex.open`` rebuilds the graph and the vector matrix from the store in one
+pass; the keyword index is the store's own. After each committed batch the apply
+worker calls ``SessionIndex.apply`` so the RAM copies follow the store. ``lock``
+guards every mutation and graph traversal: take it after embedding, never around it.
 """
 
 from __future__ import annotations
@@ -27,6 +21,7 @@ import numpy.typing as npt
 from ..canon.solo_table import ScoreTable
 from ..model import EdgeType, Vector, WriteBatch
 from ..store.base import KeywordIndex, Store
+from .caches import EdgeSummaries, LegCache
 from .graph import SessionGraph
 from .vectors import VectorMatrix, capacity_for
 
@@ -141,6 +136,11 @@ class SessionIndex:
         self.lock = threading.RLock()
         self.skipped_vectors = 0  # stored vectors whose width did not match (left out)
         self.score_table: ScoreTable | None = None  # canonization's Solo bar (canon/solo.py)
+        # caches of this graph, gone with it
+        self.leg_cache = LegCache()  # recall's raw leg results
+        self.summaries = EdgeSummaries()  # each concept's edge summary (scoring.EdgeView)
+        # inspect's largest blast radii: (graph version, ids), replaced whole under ``lock``
+        self.pillars: tuple[int, list[str]] | None = None
 
     @classmethod
     def open(cls, store: Store, session: str) -> SessionIndex:

@@ -221,8 +221,8 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
     open_s = time.perf_counter() - t0
     # the steady state: a serve that holds the session summarises its concepts'
     # edges in the background (about 1.5 s at 100k)
-    start_summary_warm(session.index.graph)
-    assert wait_for_summaries(session.index.graph, 60)
+    start_summary_warm(session.index)
+    assert wait_for_summaries(session.index, 60)
     matrix = session.index.vectors
     assert matrix is not None and len(matrix) == n
     defaults = RecallDefaults()

@@ -1,0 +1,91 @@
+"""Caches a session's index owns: recall's leg results and each concept's edge summary.
+
+Both are created with their ``SessionIndex`` and go with it; each has its own lock, so
+a reader without the index lock (recall's legs, the summary warm-up between its
+chunks) never meets a half-updated dict.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+LEG_CACHE_SIZE = 128  # recalls remembered per session
+SUMMARY_CACHE_SIZE = 200_000  # about 250 bytes each: 50 MB at most, 25 MB at 100k concepts
+
+# (edge count, edge bonus, latest edge time, interactions that wrote it or an edge of it)
+EdgeSummary = tuple[int, float, float, int]
+
+
+@dataclass
+class LegResults:
+    """Raw leg results, best first: [(node id, raw score)].
+
+    ``depth`` is how many candidates each leg was asked for; ``vector_ran`` says
+    the vector leg searched (so keyword and vector scores are fused).
+    """
+
+    keyword: list[tuple[str, float]] = field(default_factory=list)
+    vector: list[tuple[str, float]] = field(default_factory=list)
+    recent: list[tuple[str, float]] = field(default_factory=list)
+    depth: int = 0
+    vector_ran: bool = False
+
+
+class LegCache:
+    """The last ``LEG_CACHE_SIZE`` recalls' leg results, keyed on the graph version and query."""
+
+    def __init__(self, size: int = LEG_CACHE_SIZE) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, LegResults] = OrderedDict()
+
+    def get(self, key: Hashable) -> LegResults | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: Hashable, value: LegResults) -> None:
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+
+class EdgeSummaries:
+    """Each concept's edge summary, valid while the graph's edge stamp for it holds.
+
+    A write elsewhere in the session leaves a summary valid, so a concept seen
+    before is scored with one lookup. New concepts stop being added at
+    ``capacity``; ones already held are still refreshed. ``warming`` is the
+    background thread filling a large session's summaries, if one was started.
+    """
+
+    def __init__(self, capacity: int = SUMMARY_CACHE_SIZE) -> None:
+        self.capacity = capacity
+        self.warming: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[int, EdgeSummary]] = {}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._kept)
+
+    def full(self) -> bool:
+        return len(self) >= self.capacity
+
+    def get(self, node_id: str, stamp: int) -> EdgeSummary | None:
+        """The summary kept for ``node_id`` if it was taken at ``stamp``, else None."""
+        with self._lock:
+            found = self._kept.get(node_id)
+        return found[1] if found is not None and found[0] == stamp else None
+
+    def put(self, node_id: str, stamp: int, summary: EdgeSummary) -> None:
+        with self._lock:
+            if node_id in self._kept or len(self._kept) < self.capacity:
+                self._kept[node_id] = (stamp, summary)

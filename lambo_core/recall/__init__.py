@@ -1,0 +1,12 @@
+"""lambo_recall: what the memory holds that answers a question (spec: lambo_recall).
+
+The steps, one module each: ``request`` (arguments and defaults), ``dependency``
+(questions answered by graph traversal), ``legs`` (keyword, vector, recent),
+``fusion`` (candidates and their scores), ``lines`` (warnings, and hits kept for
+them) and ``pipeline`` (one call, in order).
+"""
+
+from .pipeline import recall
+from .request import RecallDefaults, RecallResult
+
+__all__ = ["RecallDefaults", "RecallResult", "recall"]

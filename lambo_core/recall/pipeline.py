@@ -1,0 +1,234 @@
+"""One lambo_recall call, step by step (spec: lambo_recall).
+
+Arguments, a dependency question's answer, the legs (cached on the session's index),
+fusion and scores, graph expansion, selection, the lines, then the context block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..canon.history import CanonHistory
+from ..canon.rules import CanonRules
+from ..context import HitBlock, render_context
+from ..index.caches import LegResults
+from ..model import EdgeType
+from ..selection import select_distinct
+from .dependency import DependencyAnchor, dependency_header, find_dependency_anchor
+from .fusion import Candidate, Scorer, coverage, fuse, order_candidates, rank_key
+from .legs import ALL_LEGS, CANDIDATES_PER_HIT, LEG_VECTOR, keyword_query, run_legs, vector_state
+from .lines import (
+    Annotator,
+    Pick,
+    describe,
+    every_hit,
+    history_line,
+    select_with_contradictions,
+    shows_supersession_line,
+)
+from .request import RecallDefaults, RecallRequest, RecallResult, parse_request
+
+if TYPE_CHECKING:
+    from ..alerts import Holder
+    from ..session import Session
+
+EXPAND_EDGE_TYPES = (
+    EdgeType.DEPENDENCY,
+    EdgeType.PRODUCES,
+    EdgeType.MODIFIES,
+    EdgeType.HIERARCHICAL,
+    EdgeType.COOCCURRENCE,
+    EdgeType.SEMANTIC,
+)
+# concepts an expansion holds, seeds included: max(EXPAND_MIN, top_k * EXPAND_PER_HIT), in
+# breadth-first order (nearer concepts first); reached concepts compete on base score alone
+EXPAND_MIN = 20
+EXPAND_PER_HIT = 4
+DEPENDENCY_ANSWER_RELEVANCE = 1.0  # the dependents are the answer to the question
+
+
+def recall(
+    session: Session,
+    args: Mapping[str, Any],
+    *,
+    defaults: RecallDefaults,
+    fusion: str = "sum",
+    rrf_k: int = 60,
+    legs: Collection[str] = ALL_LEGS,
+    normalize: bool | None = None,
+    holder: Holder | None = None,
+    listing: Callable[[str], bool] | None = None,
+    canon_history: CanonHistory | None = None,
+) -> RecallResult:
+    """Answer one lambo_recall call.
+
+    ``holder`` answers who holds a ``lambo_reserve`` lock on a node (the
+    serve's ``LockTable.holder``), for the conflict lines. ``listing`` is the
+    daemon's contradiction list once it has listed; None (no daemon runs here, as
+    in tests and one-shot tools, or its first listing is not done yet): every hit
+    is checked. ``canon_history`` is the session's demotion history (the
+    service's; None: one read for this call under the default rules). ``legs`` and
+    ``normalize`` (see ``fuse``) are for the benchmarks: the served recall runs
+    every leg it can and normalizes whenever the vector leg ran.
+    """
+    request = parse_request(session, args, defaults)
+    index = session.index
+    graph = index.graph
+    now = session.clock.now()
+
+    with index.lock:
+        anchor = find_dependency_anchor(graph, request.query)
+        if anchor is not None:
+            return _dependency_answer(session, request, anchor, defaults, now)
+
+    embedder, skipped_leg = (None, None)
+    if LEG_VECTOR in legs:
+        embedder, skipped_leg = vector_state(session, defaults.model_wait_ms / 1000.0)
+    leg_results = _leg_results(session, request.query, request.top_k, legs, embedder)
+
+    with index.lock:
+        scorer = Scorer(session, now)
+        ranked = _ranked(session, request, leg_results, scorer, fusion, rrf_k, normalize)
+        listed = listing or every_hit
+        notes = Annotator(
+            graph,
+            now,
+            defaults,
+            scorer.view,
+            caller=request.agent_id,
+            holder=holder,
+            listed=listed,
+            supersession_line=shows_supersession_line(session, defaults),
+        )
+        vectors = index.vectors
+        selection = select_distinct(
+            graph,
+            [c.node_id for c in ranked],
+            request.top_k,
+            defaults.selection,
+            has_own_warning=notes.has_own_warning,
+            merge_threshold=embedder.merge_threshold if embedder is not None else None,
+            vector_of=vectors.get if vectors is not None else lambda _node_id: None,
+        )
+        by_id = {c.node_id: c for c in ranked}
+        picks = select_with_contradictions(
+            graph,
+            ranked,
+            request.top_k,
+            now,
+            defaults.edge_min_age_s,
+            scorer,
+            listed=listed,
+            first=[by_id[node_id] for node_id in selection.taken],
+            keep_past=notes.conflicted,
+        )
+        shown_history = canon_history or CanonHistory(session, CanonRules())
+        blocks, hits, lines = describe(
+            graph,
+            picks,
+            defaults,
+            now,
+            history=lambda node_id: history_line(shown_history, node_id),
+            notes=notes,
+            skipped=selection.skipped,
+        )
+
+    if skipped_leg is not None:
+        lines.insert(0, skipped_leg.warning)
+    notice = skipped_leg.notice if skipped_leg is not None else None
+    return _finish(session, request, blocks, hits, lines, header=None, notice=notice)
+
+
+def _leg_results(
+    session: Session, query: str, top_k: int, legs: Collection[str], embedder: Any
+) -> LegResults:
+    """The legs' raw results, from the index's leg cache when this query ran on this graph."""
+    index = session.index
+    depth = top_k * CANDIDATES_PER_HIT
+    key = (index.graph.version, query, depth, tuple(sorted(legs)), embedder is not None)
+    found = index.leg_cache.get(key)
+    if found is None:
+        found = run_legs(session, query, depth, legs, embedder)
+        index.leg_cache.put(key, found)
+    return found
+
+
+def _ranked(
+    session: Session,
+    request: RecallRequest,
+    leg_results: LegResults,
+    scorer: Scorer,
+    fusion: str,
+    rrf_k: int,
+    normalize: bool | None,
+) -> list[Candidate]:
+    """Fused, scored and ordered candidates, with what expansion reached (lock held)."""
+    graph = session.index.graph
+    shares = None
+    if leg_results.keyword and (normalize or (normalize is None and leg_results.vector_ran)):
+        shares = {}
+        wanted = set(keyword_query(request.query).split())
+        for node_id, _ in leg_results.keyword:
+            concept = graph.concept(node_id)
+            if concept is not None:
+                shares[node_id] = coverage(wanted, concept.content)
+    candidates = fuse(leg_results, fusion, rrf_k, normalize=normalize, keyword_coverage=shares)
+    live = [c for c in candidates.values() if scorer.score(c)]
+    ranked = order_candidates(live)
+    if request.traversal_depth == 0 or not ranked:
+        return ranked
+    seeds = [c.node_id for c in ranked[: request.top_k]]
+    limit = max(EXPAND_MIN, request.top_k * EXPAND_PER_HIT)
+    reached = graph.expand(seeds, request.traversal_depth, EXPAND_EDGE_TYPES, limit=limit)
+    extra = []
+    for node_id in reached:
+        if node_id in candidates:
+            continue
+        cand = Candidate(node_id, expanded=True)
+        if scorer.score(cand):
+            extra.append(cand)
+    return order_candidates([*live, *extra]) if extra else ranked
+
+
+def _dependency_answer(
+    session: Session,
+    request: RecallRequest,
+    anchor: DependencyAnchor,
+    defaults: RecallDefaults,
+    now: float,
+) -> RecallResult:
+    """X's direct dependents, ranked like hits (lock held)."""
+    graph = session.index.graph
+    scorer = Scorer(session, now)
+    cands = []
+    for node_id in anchor.dependents:
+        cand = Candidate(node_id, relevance=DEPENDENCY_ANSWER_RELEVANCE)
+        if scorer.score(cand):
+            cands.append(cand)
+    ranked = sorted(cands, key=rank_key)
+    top = [Pick(c) for c in ranked[: request.top_k]]
+    notes = Annotator(graph, now, defaults, scorer.view, caller=request.agent_id)
+    blocks, hits, lines = describe(graph, top, defaults, now, traversal=True, notes=notes)
+    target = graph.concept(anchor.node_id)
+    content = target.content if target is not None else anchor.node_id
+    header = dependency_header(content, anchor.node_id, len(ranked), len(top))
+    return _finish(session, request, blocks, hits, lines, header=header)
+
+
+def _finish(
+    session: Session,
+    request: RecallRequest,
+    blocks: list[HitBlock],
+    hits: list[dict[str, Any]],
+    warnings: list[str],
+    *,
+    header: str | None,
+    notice: str | None = None,
+) -> RecallResult:
+    rendered = render_context(blocks, request.max_tokens, header=header, notice=notice)
+    # The MCP shape marks only the cut hit (included_in_context is the detailed recall's).
+    if rendered.truncated is not None:
+        hits[rendered.truncated]["truncated_in_context"] = True
+    session.access_counts.record(hit["node_id"] for hit in hits)
+    return RecallResult(rendered.context, hits, warnings)

@@ -1,0 +1,134 @@
+"""lambo_recall's arguments, configured defaults and result (spec: lambo_recall, Arguments).
+
+Arguments are checked in the spec's table order; ``image`` and ``query_vector``
+are refused as configuration errors (no image embedder, no client vectors yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..args import check_arguments, check_int, check_scope, require
+from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
+from ..errors import ConfigError, ParameterError
+from ..selection import SelectionRules
+from ..text import MAX_STRING_BYTES, check_agent_id, check_string
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..session import Session
+
+TOOL = "lambo_recall"
+ARGUMENTS = (
+    "agent_id",
+    "query",
+    "top_k",
+    "max_tokens",
+    "traversal_depth",
+    "image",
+    "query_vector",
+    "scope",
+)
+TOP_K_RANGE = (1, 100)
+MAX_TOKENS_RANGE = (1, 100_000)
+DEPTH_RANGE = (0, 5)
+
+
+@dataclass(frozen=True)
+class RecallDefaults:
+    """The configured defaults ([recall] in lambo.toml)."""
+
+    top_k: int = 5
+    max_tokens: int = 500
+    traversal_depth: int = 2
+    pillar_threshold: int = 5
+    # canonization_edge_min_age: supporting evidence counts against a contradiction once
+    # this old ([canonization] edge_min_age_s)
+    edge_min_age_s: float = DEFAULT_EDGE_MIN_AGE_S
+    # [selection] skip_redundant, similar_signals
+    selection: SelectionRules = field(default_factory=SelectionRules)
+    # [embedder] suspected_supersession_line: auto (where measured), on, off
+    supersession_line: str = "auto"
+    # [recall] model_wait_ms: how long a recall waits for a model still loading
+    model_wait_ms: int = 3000
+
+    @classmethod
+    def from_config(cls, config: Config) -> RecallDefaults:
+        return cls(
+            top_k=int(config.get("recall.top_k")),
+            max_tokens=int(config.get("recall.max_tokens")),
+            traversal_depth=int(config.get("recall.traversal_depth")),
+            pillar_threshold=int(config.get("recall.pillar_threshold")),
+            edge_min_age_s=float(config.get("canonization.edge_min_age_s")),
+            selection=SelectionRules.from_config(config),
+            supersession_line=str(config.get("embedder.suspected_supersession_line")),
+            model_wait_ms=int(config.get("recall.model_wait_ms")),
+        )
+
+
+@dataclass
+class RecallResult:
+    """The context block (the tool's text), the hits and the warnings."""
+
+    context: str
+    hits: list[dict[str, Any]]
+    warnings: list[str]
+
+    def structured(self) -> dict[str, Any]:
+        return {"context": self.context, "hits": self.hits, "warnings": self.warnings}
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    """Validated arguments."""
+
+    agent_id: str
+    query: str
+    top_k: int
+    max_tokens: int
+    traversal_depth: int
+
+
+def parse_request(session: Session, args: object, defaults: RecallDefaults) -> RecallRequest:
+    """Validate lambo_recall's arguments in the spec's order; refusals name the rule."""
+    checked = check_arguments(TOOL, args, ARGUMENTS)
+    agent_id = check_agent_id(require(checked, "agent_id"))
+    has_image = checked.get("image") is not None
+    has_vector = checked.get("query_vector") is not None
+    query = ""
+    raw_query = checked.get("query")
+    if raw_query is not None or not (has_image or has_vector):
+        if raw_query is None:
+            raise ParameterError("query is required (unless image or query_vector is sent)")
+        query = check_string(
+            "query", raw_query, max_bytes=MAX_STRING_BYTES, allow_empty=has_image or has_vector
+        )
+    top_k = _int_arg(checked, "top_k", defaults.top_k, TOP_K_RANGE)
+    max_tokens = _int_arg(checked, "max_tokens", defaults.max_tokens, MAX_TOKENS_RANGE)
+    depth = _int_arg(checked, "traversal_depth", defaults.traversal_depth, DEPTH_RANGE)
+    if has_image and has_vector:
+        raise ParameterError("send at most one of image, query_vector")
+    if has_image:
+        raise ConfigError(
+            "recall by image needs an embedder that embeds images; this server's embedder "
+            "embeds text only. Recall by text, or configure an embedder with the image modality"
+        )
+    if has_vector:
+        raise ConfigError(
+            "recall by query_vector needs client vectors enabled, [embedder] "
+            "accept_client_vectors = true, which this server does not support yet; "
+            "recall by text instead"
+        )
+    scope = checked.get("scope")
+    if scope is not None:
+        check_scope(scope, session.name)
+    return RecallRequest(agent_id, query, top_k, max_tokens, depth)
+
+
+def _int_arg(args: Mapping[str, Any], name: str, default: int, bounds: tuple[int, int]) -> int:
+    value = args.get(name)
+    if value is None:
+        return default
+    return check_int(name, value, *bounds)
