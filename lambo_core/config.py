@@ -1,15 +1,8 @@
-"""lambo.toml + LAMBO_* variables + flags -> one frozen ``Config``.
+"""lambo.toml + LAMBO_* variables + flags -> one frozen ``Config``, each value with its source.
 
-Where the file comes from, first match wins: the global ``--config PATH``,
-then ``LAMBO_CONFIG``, then ``./lambo.toml``, then ``lambo.toml`` in the user
-config dir. A path named by ``--config`` or ``LAMBO_CONFIG`` must exist.
-
-Precedence for each key: a flag beats its variable, which beats the file,
-which beats the default. Every effective value remembers where it came from,
-so ``lambo config show`` can say why a value is what it is.
-
-Unknown sections and keys are refused at start-up, naming them, so a typo
-fails instead of quietly leaving the default in force.
+The file is ``--config``, else ``LAMBO_CONFIG``, else ``./lambo.toml``, else the user config
+dir's; a flag beats its variable, which beats the file, which beats the default. The keys
+and their rules are ``config_schema.py``'s; unknown ones are refused at start, by name.
 """
 
 from __future__ import annotations
