@@ -34,6 +34,7 @@ from mcp.shared.message import SessionMessage
 from .clock import SystemClock
 from .config import Config
 from .daemon import Daemon
+from .embed.loader import LoadedModels
 from .errors import ConfigError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.refusals import ProtocolRefusal
@@ -63,11 +64,17 @@ class ServeOptions:
 
 
 def open_service(
-    store: Store, config: Config, options: ServeOptions, *, probe: bool = False
+    store: Store,
+    config: Config,
+    options: ServeOptions,
+    *,
+    probe: bool = False,
+    models: LoadedModels | None = None,
 ) -> MemoryService:
     """Open the session on ``store`` and start its apply worker: the hub's service (with
     ``probe``, the startup probe of the embedder as well: a serve's, not a one-shot's)."""
-    plan = EmbedderPlan.from_config(config)
+    # A one-shot command opens one service: a cache of its own. A serve passes its own.
+    plan = EmbedderPlan.from_config(config, models if models is not None else LoadedModels())
     session = Session.open(
         store,
         options.session,
@@ -145,6 +152,8 @@ class Serve:
         if sqlite:
             warn_if_readable_by_others(config.store_path)
         self.service: MemoryService | None = None
+        #: the models this process loaded: a service opened again after a takeover reuses them
+        self.models = LoadedModels()
         self.hub = SessionHub(
             self.store,
             options.session,
@@ -171,7 +180,14 @@ class Serve:
     async def _become_hub(self, keeper: LeaseKeeper) -> Any:
         self._keeper = keeper
         self.service = await anyio.to_thread.run_sync(
-            partial(open_service, self.store, self.config, self.options, probe=True)
+            partial(
+                open_service,
+                self.store,
+                self.config,
+                self.options,
+                probe=True,
+                models=self.models,
+            )
         )
         service = self.service
         start_summary_warm(service.session.index)  # this process serves from now on

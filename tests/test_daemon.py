@@ -15,6 +15,7 @@ from lambo_core.canon.rules import CanonRules
 from lambo_core.clock import ManualClock
 from lambo_core.config import load_config
 from lambo_core.daemon import Daemon
+from lambo_core.embed.loader import LoadedModels
 from lambo_core.errors import StoreError
 from lambo_core.model import Status
 from lambo_core.recall import RecallDefaults, recall
@@ -183,7 +184,9 @@ def test_stats_report_the_policy_cycles_and_canonical_count(tmp_path: Path) -> N
         env={"LAMBO_HOME": str(tmp_path), "LAMBO_PROMOTION_POLICY": "solo"}, cwd=tmp_path
     )
     clock = ManualClock(T0)
-    session = Session.open(MemoryStore(), "s", EmbedderPlan.from_config(config), clock=clock)
+    session = Session.open(
+        MemoryStore(), "s", EmbedderPlan.from_config(config, LoadedModels()), clock=clock
+    )
     pipeline = WritePipeline(session).start()
     daemon = Daemon(session, config)
     service = MemoryService(session, pipeline, config, daemon)

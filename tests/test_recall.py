@@ -17,7 +17,8 @@ import pytest
 from lambo_core.clock import ManualClock
 from lambo_core.embed.base import Embedder, make_contract
 from lambo_core.embed.importer import import_model
-from lambo_core.embed.onnx import LazyEmbedder, OnnxEmbedder
+from lambo_core.embed.loader import LazyEmbedder
+from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.errors import ConfigError, LamboError, ParameterError
 from lambo_core.index.caches import LegResults
 from lambo_core.model import (

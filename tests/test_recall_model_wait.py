@@ -18,7 +18,8 @@ import pytest
 
 from lambo_core.config import load_config
 from lambo_core.embed.base import Embedder
-from lambo_core.embed.onnx import LazyEmbedder, OnnxEmbedder
+from lambo_core.embed.loader import LazyEmbedder
+from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.recall import RecallDefaults, RecallResult, recall
 from lambo_core.recall.legs import NOTICE_LOADING, VECTOR_LOADING_WARNING
 from lambo_core.service import MemoryService, ToolResult

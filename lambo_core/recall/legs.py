@@ -10,7 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..embed.onnx import EmbedderLoading
+from ..embed.loader import EmbedderLoading
 from ..errors import LamboError, StoreError
 from ..index.caches import LegResults
 from ..index.keywords import tokenize
