@@ -1,30 +1,14 @@
 """One session's embedding vectors as a float32 matrix, searched by brute force.
 
-Why brute force: at the sizes a session reaches (up to ~1M rows) a single
-BLAS gemv over a contiguous float32 matrix is memory-bandwidth bound and
-beats every approximate index we can ship in pure Python (see
-``notes/embeddings.md``). So the layout is chosen for that one gemv:
-
-- rows live in one preallocated C-contiguous ``[capacity, dim]`` matrix; the
-  live rows are always the prefix ``[:n]``, so a query reads a view, never a
-  copy;
-- growth doubles the capacity (amortised O(1) appends, one copy per doubling);
-- ``remove`` moves the last row into the hole (O(1)), keeping the prefix dense.
-
-Rows must already be unit length (the embedder normalises); the matrix does
-not renormalise them, so a dot product is the cosine. Queries are normalised
-defensively because that costs one ``dim``-sized operation.
-
-Threading: callers hold the session index lock for every mutation (the
-matrix has no lock of its own). ``top_k`` and ``get`` may run without the lock
-while the single writer mutates: they read a consistent snapshot through a
-sequence counter (a seqlock) and retry if a mutation overlapped them, so the
-long gemv never runs under the lock.
+One BLAS gemv over a contiguous ``[capacity, dim]`` matrix whose live rows are the
+prefix ``[:n]``: growth doubles the capacity, ``remove`` moves the last row into the
+hole. Rows are unit length (the embedder normalises), so a dot product is the cosine.
+Design notes (why brute force, the locking): notes/design/recall.md.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -48,7 +32,15 @@ def capacity_for(rows: int) -> int:
 
 
 class VectorMatrix:
-    """Unit float32 rows keyed by node id, with exact cosine top-k."""
+    """Unit float32 rows keyed by node id, with exact cosine top-k.
+
+    Callers hold the session index lock for every mutation. ``_lock`` guards the
+    bookkeeping (buffer, ids, rows); ``top_k`` takes it only to read a snapshot and to
+    name the rows it picked, and runs the gemv without it. Appending writes rows past
+    every scan's snapshot, so it never waits; a mutation that changes a row a scan may
+    be reading (an overwrite or a remove) waits until no scan is in flight, and new
+    scans wait behind it.
+    """
 
     def __init__(self, dim: int, capacity: int = 0) -> None:
         if dim <= 0:
@@ -59,15 +51,19 @@ class VectorMatrix:
         )
         self._ids: list[str] = []  # row -> node id; len == n
         self._rows: dict[str, int] = {}  # node id -> row
-        # seqlock: odd while a mutation is in progress; readers retry on change
-        self._seq = 0
+        self._lock = threading.Lock()
+        self._no_scans = threading.Condition(self._lock)  # notified when _scans drops to 0
+        self._scans = 0  # top_k calls reading rows [:n] without the lock
+        self._rewriting = False  # a mutation of live rows waits for the scans to finish
 
     # -- size -----------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._ids)
+        with self._lock:
+            return len(self._ids)
 
     def __contains__(self, node_id: object) -> bool:
-        return node_id in self._rows
+        with self._lock:
+            return node_id in self._rows
 
     @property
     def capacity(self) -> int:
@@ -75,7 +71,8 @@ class VectorMatrix:
 
     def ids(self) -> list[str]:
         """A copy of the ids in row order."""
-        return list(self._ids)
+        with self._lock:
+            return list(self._ids)
 
     def rows(self) -> npt.NDArray[np.float32]:
         """The live rows ``[n, dim]`` as a read-only view (no copy).
@@ -104,102 +101,92 @@ class VectorMatrix:
         return arr.astype(np.float32, copy=False)
 
     # -- mutation (caller holds the index lock) -------------------------------
-    def _begin(self) -> None:
-        self._seq += 1
+    def _rewrite_live_rows(self) -> None:
+        """Under ``_lock``: wait until no scan reads the live rows; new scans wait too."""
+        self._rewriting = True
+        while self._scans:
+            self._no_scans.wait()
 
-    def _end(self) -> None:
-        self._seq += 1
+    def _done_rewriting(self) -> None:
+        self._rewriting = False
+        self._no_scans.notify_all()
 
     def reserve(self, rows: int) -> None:
         """Make room for ``rows`` rows in total, growing by doubling."""
+        with self._lock:
+            self._reserve(rows)
+
+    def _reserve(self, rows: int) -> None:
         if rows <= self.capacity:
             return
         grown = np.empty((capacity_for(rows), self.dim), dtype=np.float32)
         n = len(self._ids)
         grown[:n] = self._mat[:n]
-        # publishing the new buffer is one reference swap; a reader holding the
-        # old one still sees valid rows and re-checks the sequence afterwards
-        self._mat = grown
+        self._mat = grown  # a scan still reading the old buffer sees its rows unchanged
+
+    def _append(self, ids: Sequence[str], rows: npt.NDArray[np.float32]) -> None:
+        """Under ``_lock``: new ids' rows, written past every scan's snapshot."""
+        self._reserve(len(self._ids) + len(ids))
+        start = len(self._ids)
+        self._mat[start : start + len(ids)] = rows
+        for offset, node_id in enumerate(ids):
+            self._rows[node_id] = start + offset
+        self._ids.extend(ids)
 
     def add(self, node_id: str, vec: npt.ArrayLike) -> None:
         """Add a row, or overwrite the row already stored for ``node_id``."""
-        row = self._as_row(vec)
-        self._begin()
-        try:
-            at = self._rows.get(node_id)
-            if at is None:
-                self.reserve(len(self._ids) + 1)
-                at = len(self._ids)
-                self._ids.append(node_id)
-                self._rows[node_id] = at
-            self._mat[at] = row
-        finally:
-            self._end()
+        self.add_many([node_id], self._as_row(vec)[None, :])
 
     def add_many(self, ids: Sequence[str], matrix: npt.ArrayLike) -> None:
         """Add (or overwrite) one row per id; ``matrix`` is ``[len(ids), dim]``."""
         rows = self._as_rows(matrix, len(ids))
         if len(set(ids)) != len(ids):
             raise ValueError("add_many ids must be distinct")
-        self._begin()
-        try:
-            fresh = [i for i, node_id in enumerate(ids) if node_id not in self._rows]
-            self.reserve(len(self._ids) + len(fresh))
-            if len(fresh) == len(ids):
-                # the common case (all new): one slice copy
-                start = len(self._ids)
-                self._mat[start : start + len(ids)] = rows
-                for offset, node_id in enumerate(ids):
-                    self._rows[node_id] = start + offset
-                self._ids.extend(ids)
+        with self._lock:
+            if not any(node_id in self._rows for node_id in ids):
+                self._append(ids, rows)  # the common case (all new): one slice copy
                 return
-            for i, node_id in enumerate(ids):
-                at = self._rows.get(node_id)
-                if at is None:
-                    at = len(self._ids)
-                    self._ids.append(node_id)
-                    self._rows[node_id] = at
-                self._mat[at] = rows[i]
-        finally:
-            self._end()
+            self._rewrite_live_rows()
+            try:
+                fresh = [i for i, node_id in enumerate(ids) if node_id not in self._rows]
+                for i, node_id in enumerate(ids):
+                    at = self._rows.get(node_id)
+                    if at is not None:
+                        self._mat[at] = rows[i]
+                self._append([ids[i] for i in fresh], rows[fresh])
+            finally:
+                self._done_rewriting()
 
     def remove(self, node_id: str) -> bool:
         """Drop a row by moving the last row into its place. False if absent."""
-        at = self._rows.get(node_id)
-        if at is None:
-            return False
-        self._begin()
-        try:
-            last = len(self._ids) - 1
-            if at != last:
-                moved = self._ids[last]
-                self._mat[at] = self._mat[last]
-                self._ids[at] = moved
-                self._rows[moved] = at
-            self._ids.pop()
-            del self._rows[node_id]
-        finally:
-            self._end()
+        with self._lock:
+            at = self._rows.get(node_id)
+            if at is None:
+                return False
+            self._rewrite_live_rows()
+            try:
+                last = len(self._ids) - 1
+                if at != last:
+                    moved = self._ids[last]
+                    self._mat[at] = self._mat[last]
+                    self._ids[at] = moved
+                    self._rows[moved] = at
+                self._ids.pop()
+                del self._rows[node_id]
+            finally:
+                self._done_rewriting()
         return True
 
     def remove_many(self, node_ids: Iterable[str]) -> int:
         """Remove each id present; returns how many were removed."""
         return sum(1 for node_id in node_ids if self.remove(node_id))
 
-    # -- reads (lock-free, seqlock-checked) -----------------------------------
+    # -- reads ----------------------------------------------------------------
     def get(self, node_id: str) -> Vector | None:
         """A copy of the row stored for ``node_id``, or None."""
-        while True:
-            seq = self._seq
-            if not seq & 1:
-                try:
-                    at = self._rows.get(node_id)
-                    out = None if at is None else self._mat[at].copy()
-                except IndexError:  # a concurrent mutation; the seq check retries
-                    out = None
-                if self._seq == seq:
-                    return out
-            time.sleep(0)  # a mutation is mid-flight: let the writer finish
+        with self._lock:
+            at = self._rows.get(node_id)
+            return None if at is None else self._mat[at].copy()
 
     def top_k(
         self, query: npt.ArrayLike, k: int, exclude: set[str] | None = None
@@ -218,44 +205,42 @@ class VectorMatrix:
             q = q / np.float32(norm)
         if k <= 0:
             return []
-        while True:
-            seq = self._seq
-            if not seq & 1:
-                try:
-                    result = self._top_k_snapshot(q, k, exclude)
-                except (IndexError, KeyError, RuntimeError):
-                    result = None  # raced a mutation; the seq check below retries
-                if result is not None and self._seq == seq:
-                    return result
-            time.sleep(0)  # a mutation is mid-flight: let the writer finish
+        with self._lock:
+            while self._rewriting:
+                self._no_scans.wait()
+            mat, n = self._mat, len(self._ids)
+            drop = [self._rows[x] for x in exclude or () if x in self._rows]
+            self._scans += 1
+        try:
+            picked = self._top_rows(mat[:n], q, k, drop)  # the gemv, without the lock
+            with self._lock:  # rows [:n] kept their ids while this scan was counted
+                named = [(score, self._ids[r]) for score, r in picked]
+        finally:
+            with self._lock:
+                self._scans -= 1
+                if not self._scans:
+                    self._no_scans.notify_all()
+        named.sort(key=lambda pair: (-pair[0], pair[1]))
+        return [(node_id, score) for score, node_id in named[:k]]
 
-    def _top_k_snapshot(
-        self, q: npt.NDArray[np.float32], k: int, exclude: set[str] | None
-    ) -> list[tuple[str, float]]:
-        # read the buffer, n and the id list once: everything below uses them
-        mat, ids, rows = self._mat, self._ids, self._rows
-        n = min(len(ids), mat.shape[0])
+    @staticmethod
+    def _top_rows(
+        live: npt.NDArray[np.float32], q: npt.NDArray[np.float32], k: int, drop: list[int]
+    ) -> list[tuple[float, int]]:
+        """(score, row) of every row that can be among the best ``k``, ties kept."""
+        n = live.shape[0]
         if n == 0:
             return []
-        scores: npt.NDArray[np.float32] = mat[:n] @ q  # a view: no copy of the matrix
-        live = n
-        if exclude:
-            found = (rows.get(node_id) for node_id in exclude)
-            drop = [r for r in found if r is not None and r < n]
-            if drop:
-                scores[drop] = -np.inf
-                live -= len(drop)
-        k = min(k, live)
+        scores: npt.NDArray[np.float32] = live @ q  # a view: no copy of the matrix
+        if drop:
+            scores[drop] = -np.inf
+        k = min(k, n - len(drop))
         if k <= 0:
             return []
         # every row tied with the k-th score is kept, so the tie-break by id
-        # below sees all of them and not whichever a partition kept
+        # sees all of them and not whichever a partition kept
         cand = top_rows(scores, k) if k < n else np.arange(n)
-        picked = sorted(
-            ((float(scores[r]), ids[r]) for r in cand.tolist() if scores[r] != -np.inf),
-            key=lambda pair: (-pair[0], pair[1]),
-        )[:k]
-        return [(node_id, score) for score, node_id in picked]
+        return [(float(scores[r]), r) for r in cand.tolist() if scores[r] != -np.inf]
 
     # -- bulk construction ----------------------------------------------------
     @classmethod
