@@ -2,7 +2,7 @@
 replacing an older one (spec: lambo_recall, "Possibly superseded, not declared").
 
 The write path flags each new concept against its nearest neighbours
-(``writes``); ``lambo canon suspected`` runs the same rule over a whole store
+(``writes.builder``); ``lambo canon suspected`` runs the same rule over a whole store
 (``suspected_pairs``). Both ask ``flags`` about a pair.
 """
 

@@ -22,7 +22,8 @@ from lambo_core.receipts import ReceiptState
 from lambo_core.service import MemoryService
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
-from lambo_core.writes import STORE_REFUSED_WRITE, WritePipeline
+from lambo_core.writes import WritePipeline
+from lambo_core.writes.faults import STORE_REFUSED_WRITE
 from tests.flaky_store import FlakyStore
 
 

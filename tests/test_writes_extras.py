@@ -22,7 +22,8 @@ from lambo_core.receipts import ReceiptState, ReceiptView, render_line
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
 from lambo_core.supersession import one_value_changed
-from lambo_core.writes import CANDIDATE_BYTES, WritePipeline
+from lambo_core.writes import WritePipeline
+from lambo_core.writes.builder import CANDIDATE_BYTES
 
 CLAUSE = (
     "replacement candidate(s): existing concepts this write may replace (nothing recorded; "

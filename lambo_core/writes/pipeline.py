@@ -1,0 +1,534 @@
+"""The write pipeline: admit, commit the intent, ack; then apply in order on one thread.
+
+An acked write's intent is in the store before its ack, so it survives ``kill -9``: the
+next server replays the intents still pending. The apply worker is the session's only
+writer; background jobs that write run on it, between writes. Spec: lambo_derive (the ack
+and its receipt), lambo_stats ("What a crash can lose"); docs/design.md, the write path.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..admission import NOTHING_WRITTEN, admit_action, admit_derive
+from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
+from ..errors import LamboError, StoreError, internal_fault
+from ..health import StoreHealth
+from ..model import IntentState, WriteBatch, WriteIntent
+from ..rates import WriteRates
+from ..receipts import ReceiptState
+from ..session import Session
+from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
+from .builder import plan_write
+from .embedding import WriteEmbedding
+from .faults import KEPT_FOR_REPLAY, STORE_REFUSED_WRITE, HandedOn, NotPending, TransientFailure
+from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
+from .stop_report import StopReport
+from .write_behind import ACCESS_FLUSH_INTERVAL_S, AccessCountFlush
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Periodic:
+    interval_s: float
+    job: Callable[[], object]
+    next_at: float
+
+
+class WritePipeline:
+    """One session's write queue and its apply worker."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        embed_wait_s: float | None = None,
+        edge_min_age_s: float = DEFAULT_EDGE_MIN_AGE_S,
+    ) -> None:
+        self.session = session
+        self.edge_min_age_s = edge_min_age_s  # canonization_edge_min_age, for the stale report
+        self._admit_lock = threading.Lock()
+        self._queue: queue.Queue[WriteIntent | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._probe: threading.Thread | None = None
+        self.rates = WriteRates()
+        self.health = StoreHealth(session.name, session.clock)
+        # Set by close(): the worker finishes the write in hand and takes no other.
+        self._stopping = threading.Event()
+        self._embedding = WriteEmbedding(session, embed_wait_s, self._stopping)
+        self._write_behind = AccessCountFlush(session, self.health, self._lease_lost)
+        self._handed_on: WriteIntent | None = None  # the write the worker gave back at stop
+        # Why the store fenced this writer out (its lease passed to another writer), once it
+        # has: from then on nothing is written, admitted or acked here (see _lease_lost).
+        self._fenced: str | None = None
+        self._lock = threading.Lock()
+        self.replayed = 0
+        self.replay_owed = 0
+        self.applied = 0
+        self.failed = 0
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._periodic: list[_Periodic] = []
+        self.every(ACCESS_FLUSH_INTERVAL_S, self.flush_access_counts)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, *, probe: bool = False) -> WritePipeline:
+        """Queue intents a previous server left owed, then start the worker (and, with
+        ``probe``, the startup probe of the embedder once the model has loaded)."""
+        owed = self.session.store.pending_intents(self.session.name)
+        with self._lock:
+            self.replay_owed = len(owed)
+            self._in_flight += len(owed)
+        for intent in owed:
+            intent.payload = {**intent.payload, "_replay": True}
+            self._queue.put(intent)
+        self._thread = threading.Thread(
+            target=self._run, name=f"lambo-apply-{self.session.name}", daemon=True
+        )
+        self._thread.start()
+        if probe and self.session.embeds and self.session.plan.lazy is not None:
+            self._probe = threading.Thread(
+                target=self._embedding.run_probe,
+                args=(self.rates,),
+                name=f"lambo-probe-{self.session.name}",
+                daemon=True,
+            )
+            self._probe.start()
+        return self
+
+    def close(
+        self, timeout: float = 15.0, *, lease_held: Callable[[], bool] | None = None
+    ) -> StopReport:
+        """A clean stop within ``timeout`` seconds, handing on what was not applied.
+
+        Admission closes (later writes answer dropped, closing); the worker finishes
+        the write it is applying and takes no other; the write-behind is flushed; and
+        every write of this server left unapplied is settled ``intent_durable`` (its
+        intent is in the store and the next server replays it) when the flush completed
+        and ``lease_held()`` says the lease is still this server's, else
+        ``close_unflushed``. A flush that fails is retried until the
+        budget ends, and one that then completes turns those receipts intent_durable.
+        The caller keeps the lease until this returns, and gives it up only when
+        ``worker_stopped``.
+        """
+        started = time.monotonic()
+        deadline = started + timeout
+        receipts = self.session.receipts
+        receipts.close()
+        with self._admit_lock:
+            pass  # an admission already past its receipt has queued its intent now
+        # Leave a little of the budget for the flush and the receipts.
+        reserve = min(1.0, timeout / 4)
+        # A write in hand may wait for the model until then; the worker ends before the join.
+        self._embedding.stop_deadline = deadline - 2 * reserve
+        self._stopping.set()
+        self._queue.put(None)  # wakes a worker waiting for work
+        worker = self._thread
+        if worker is not None:
+            # at least a moment, even on a tiny budget: an idle worker needs no more
+            worker.join(max(0.2, deadline - reserve - time.monotonic()))
+        stopped = worker is None or not worker.is_alive()
+        left = self._take_unapplied()
+        own = [i for i in left if not i.payload.get("_replay")]
+        flushed = self._final_flush(lease_held)
+        state = ReceiptState.INTENT_DURABLE if flushed else ReceiptState.CLOSE_UNFLUSHED
+        for intent in own:
+            receipts.settle(intent.receipt_id, state)
+        # A retried flush that completes vouches for them after all.
+        if not flushed and own and self._retry_flush(deadline, lease_held):
+            flushed = True
+            for intent in own:
+                receipts.settle(intent.receipt_id, ReceiptState.INTENT_DURABLE)
+        probe = self._probe
+        if probe is not None:
+            probe.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            applied = self.applied
+        return StopReport(
+            worker_stopped=stopped,
+            flushed=flushed,
+            applied=applied,
+            deferred=len(own) if flushed else 0,
+            unflushed=0 if flushed else len(own),
+            replays_left=len(left) - len(own),
+            elapsed_s=time.monotonic() - started,
+        )
+
+    def _take_unapplied(self) -> list[WriteIntent]:
+        """Every queued write the worker will not apply, in the order they were acked (the
+        one it handed back first: it sets that only once it has let go of it)."""
+        left: list[WriteIntent] = []
+        handed_on, self._handed_on = self._handed_on, None
+        if handed_on is not None:
+            left.append(handed_on)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                left.append(item)
+                with self._idle:
+                    self._in_flight -= 1
+                    self._idle.notify_all()
+        return left
+
+    def _final_flush(self, lease_held: Callable[[], bool] | None) -> bool:
+        """Whether the stop can vouch for the intents it hands on: the lease still this
+        server's and the write-behind flushed. Their intents were committed before their
+        acks, so a store refusing other writes (degraded) does not undo them."""
+        if self._fenced is not None or (lease_held is not None and not lease_held()):
+            log.warning(
+                "session %s: the lease passed to another writer before the stop",
+                self.session.name,
+            )
+            return False
+        flushed, _ = self._write_behind.flush(final=True)
+        return flushed
+
+    def _retry_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
+        pause = 0.1
+        while time.monotonic() + pause < deadline:
+            if self._fenced is not None or (lease_held is not None and not lease_held()):
+                return False  # a lost lease does not come back: nothing to retry for
+            time.sleep(pause)
+            if self._final_flush(lease_held):
+                return True
+            pause = min(pause * 2, 1.0)
+        return False
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until every queued write has been applied or failed (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    # -- admission -------------------------------------------------------------------------
+    def submit(self, tool: str, args: object) -> Ack:
+        """Admit one lambo_derive / lambo_record_action call and ack it."""
+        session = self.session
+        with self._admit_lock:
+            self._refuse_if_fenced()
+            with session.index.lock:
+                graph = session.index.graph
+                if tool == "lambo_derive":
+                    admitted = admit_derive(
+                        args, session=session.name, graph=graph, embeds=session.embeds
+                    )
+                elif tool == "lambo_record_action":
+                    admitted = admit_action(args, session=session.name, graph=graph)
+                else:  # pragma: no cover - the service routes only write tools here
+                    raise ValueError(f"not a write tool: {tool}")
+            receipt = session.receipts.issue(admitted.agent_id, session.name, tool)
+            if receipt.state is not ReceiptState.PENDING:
+                # the receipt line says why ("nothing was written: your lane of 64 …")
+                return render_ack("this call was not queued", receipt, admitted.agent_id)
+            assert receipt.receipt_id is not None
+            intent = WriteIntent(
+                receipt_id=receipt.receipt_id,
+                session=session.name,
+                agent_id=admitted.agent_id,
+                tool=tool,
+                payload=admitted.payload,
+                created_at=session.clock.now(),
+            )
+            try:
+                intent = session.store.add_intent(intent)
+            except LamboError as exc:
+                session.receipts.withdraw(receipt.receipt_id)
+                if isinstance(exc, FencedOut):
+                    self._lease_lost(exc)
+                    raise
+                if not isinstance(exc, StoreError):
+                    raise
+                self.health.refused("a write's intent", exc.detail or exc.message)
+                # health logged why (once, then counted): not again for every call
+                raise StoreError(f"{exc.message}; {self.health.note()}") from None
+            with self._lock:
+                self._in_flight += 1
+            self._queue.put(intent)
+        ack = render_ack(admitted.summary, receipt, admitted.agent_id)
+        note = self.health.note()
+        if note is not None:  # admitted, but the store has been refusing this session's writes
+            ack.text += f"\nwarning: {note}"
+            ack.structured["warnings"].append(note)
+        return ack
+
+    # -- the lease -------------------------------------------------------------------------
+    @property
+    def fenced(self) -> bool:
+        """Whether the store has fenced this writer out (its lease passed to another)."""
+        return self._fenced is not None
+
+    def _lease_lost(self, exc: FencedOut) -> None:
+        """The store refused a write because this server's lease passed to another writer:
+        stop writing at once. The worker takes no other write, admission refuses, and the
+        stop settles what is held close_unflushed (the new holder replays the intents)."""
+        if self._fenced is None:
+            self._fenced = exc.detail or exc.message
+            log.error(
+                "session %s: the store fenced out this serve's writes (%s); it stops writing "
+                "and acks nothing more; the writes it holds are left to the new holder's replay",
+                self.session.name,
+                self._fenced,
+            )
+        self._queue.put(None)  # wakes a worker waiting for work, so it ends
+
+    def _refuse_if_fenced(self) -> None:
+        if self._fenced is not None:
+            raise FencedOut(LEASE_LOST_TEXT, detail=self._fenced)
+
+    # -- the worker ------------------------------------------------------------------------
+    def every(
+        self, interval_s: float, job: Callable[[], object], *, first_in_s: float | None = None
+    ) -> None:
+        """Run ``job`` on the writer thread about every ``interval_s`` seconds, the first
+        time after ``first_in_s`` (default: one interval; 0 runs it as soon as the worker is
+        free).
+
+        Background work that writes (access counts, the daemon's cycles) runs
+        here, between writes, so the session keeps exactly one writer.
+        """
+        first = interval_s if first_in_s is None else first_in_s
+        with self._lock:
+            self._periodic.append(_Periodic(interval_s, job, time.monotonic() + first))
+
+    def _run_due(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [p for p in self._periodic if p.next_at <= now]
+        for periodic in due:
+            if self._fenced is not None:
+                return
+            periodic.next_at = now + periodic.interval_s
+            try:
+                periodic.job()
+            except FencedOut as exc:  # the daemon's write found the lease gone
+                self._lease_lost(exc)
+            except Exception:  # a background job's fault must not stop the writer
+                log.exception("background job %r failed", periodic.job)
+
+    def _next_wait(self) -> float:
+        with self._lock:
+            if not self._periodic:
+                return ACCESS_FLUSH_INTERVAL_S
+            soonest = min(p.next_at for p in self._periodic)
+        return max(0.0, min(ACCESS_FLUSH_INTERVAL_S, soonest - time.monotonic()))
+
+    def _run(self) -> None:
+        while not self._stopping.is_set() and self._fenced is None:
+            waiting = self._queue.qsize() > 0  # the next write follows the last back to back
+            try:
+                intent = self._queue.get(timeout=self._next_wait())
+            except queue.Empty:
+                self.rates.idle()
+                if not self._stopping.is_set():
+                    self._run_due()
+                continue
+            if intent is None:
+                continue  # close() woke us: the loop's test says whether to stop
+            if self._fenced is not None:
+                self._handed_on = intent  # not attempted: the stop settles it with the rest
+                with self._idle:
+                    self._in_flight -= 1
+                    self._idle.notify_all()
+                return
+            try:
+                self._apply_one(intent, back_to_back=waiting)
+            finally:
+                with self._idle:
+                    self._in_flight -= 1
+                    self._idle.notify_all()
+                if intent.payload.get("_replay"):
+                    # its outcome is in the store now: waits on it ask again
+                    self.session.receipts.replay_settled()
+            if not self._stopping.is_set():  # a stop runs no background job of its own
+                self._run_due()
+
+    def flush_access_counts(self) -> int:
+        """Write the access counts recalls left in RAM behind, on this (the writer's) thread;
+        how many concepts' counts were written."""
+        return self._write_behind.flush()[1]
+
+    def flush_lag_ms(self) -> float:
+        """Age of the oldest change the store does not hold yet (0 when none waits)."""
+        return self._write_behind.lag_ms()
+
+    def _apply_one(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
+        session = self.session
+        replay = bool(intent.payload.get("_replay"))
+        payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
+        started = time.monotonic()
+        if replay and self._settled_elsewhere(intent):
+            return
+        try:
+            try:
+                vectors = self._embedding.vectors(payload)
+            except HandedOn:
+                self._handed_on = intent  # the stop settles it with the rest of the queue
+                return
+            with session.index.lock:
+                plan = plan_write(session, intent, payload, vectors)
+            if any(c.vector is not None for c in plan.batch.concepts):
+                session.stamp_before_write()
+            outcome = outcome_of(plan)
+            plan.batch.intent_receipt_id = intent.receipt_id
+            plan.batch.intent_outcome = durable_outcome(outcome)
+            try:
+                self._commit(plan.batch)
+            except NotPending:
+                if replay and self._settled_elsewhere(intent):
+                    return
+                raise TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending") from None
+            try:
+                session.index.apply(plan.batch)
+            except Exception:  # committed: the write happened; the RAM copy catches up on open
+                log.exception("write %s committed but not mirrored in RAM", intent.receipt_id)
+        except FencedOut as exc:  # its commit (or the contract's stamp) found the lease gone
+            self._lease_lost(exc)
+            self._handed_on = intent  # not applied by this writer: the new holder replays it
+            return
+        except TransientFailure as exc:
+            self._fail(intent, exc, keep_intent=True, replay=replay)
+            return
+        except LamboError as exc:
+            self._fail(intent, exc, keep_intent=False, replay=replay)
+            return
+        except Exception as exc:  # a handler fault: the write failed, the worker lives on
+            log.exception("applying write %s failed", intent.receipt_id)
+            self._fail(intent, internal_fault(repr(exc)), keep_intent=False, replay=replay)
+            return
+        if plan.against_targets:
+            add_stale_report(session, outcome, plan.against_targets, self.edge_min_age_s)
+        elapsed_ms = (time.monotonic() - started) * 1000.0
+        with self._lock:
+            if replay:
+                self.replayed += 1
+                self.replay_owed -= 1
+            else:
+                self.applied += 1
+        if not replay:
+            self.rates.applied(
+                (session.clock.now() - intent.created_at) * 1000.0,
+                elapsed_ms,
+                queue_was_busy=back_to_back,
+            )
+        log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
+        session.receipts.settle(
+            intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
+        )
+
+    def _commit(self, batch: WriteBatch) -> None:
+        """The one store transaction of a write; a refusal by the store itself (not by a
+        rule of the write) keeps the intent for the next server and degrades the session."""
+        try:
+            self.session.store.apply(batch)
+        except FencedOut:
+            raise  # not a store failure: the lease passed on (see _apply_one)
+        except IntentNotPending:
+            raise NotPending from None
+        except LamboError as exc:
+            self.health.refused("an applied write", exc.detail or exc.message)
+            raise TransientFailure(STORE_REFUSED_WRITE) from None  # health logged why
+        self.health.wrote()
+
+    def _settled_elsewhere(self, intent: WriteIntent) -> bool:
+        """Whether a replayed intent was settled since it was queued (an earlier holder
+        applied it before it let go): then it is counted replayed and never applied twice;
+        a wait on its receipt reads the outcome from the store."""
+        try:
+            stored = self.session.store.get_intent(intent.receipt_id)
+        except LamboError as exc:
+            log.warning("replay %s: intent not readable: %s", intent.receipt_id, exc.detail)
+            return False
+        if stored is None or stored.state is IntentState.PENDING:
+            return False
+        log.info(
+            "replay %s: already settled %s in the store; not applied again",
+            intent.receipt_id,
+            stored.state.value,
+        )
+        with self._lock:
+            self.replay_owed -= 1
+            if stored.state is IntentState.APPLIED:
+                self.replayed += 1
+        return True
+
+    def _fail(
+        self, intent: WriteIntent, exc: LamboError, *, keep_intent: bool, replay: bool
+    ) -> None:
+        session = self.session
+        if exc.detail:
+            log.warning("write %s failed: %s", intent.receipt_id, exc.detail)
+        detail = exc.render()
+        if keep_intent:
+            # Not "nothing was written" alone: a later server applies it from its intent.
+            detail = detail.removesuffix(NOTHING_WRITTEN) + KEPT_FOR_REPLAY
+        elif not detail.endswith(NOTHING_WRITTEN):
+            detail += NOTHING_WRITTEN
+        if not keep_intent:
+            try:
+                session.store.settle_intent(
+                    intent.receipt_id, "failed", {"detail": detail}, session.clock.now()
+                )
+            except FencedOut as store_exc:
+                self._lease_lost(store_exc)
+            except LamboError as store_exc:
+                self.health.refused("the record of a failed write", store_exc.detail or "")
+                log.warning(
+                    "could not record the failure of %s: %s", intent.receipt_id, store_exc.detail
+                )
+        with self._lock:
+            if replay:
+                self.replay_owed -= 1
+            else:
+                self.failed += 1
+        if replay and keep_intent:
+            session.receipts.replay_failed(
+                intent.receipt_id, intent.agent_id, intent.session, detail
+            )
+        session.receipts.settle(intent.receipt_id, ReceiptState.FAILED, detail, {})
+
+    # -- lambo_stats -----------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """The write_queue_* keys, every figure measured (or null until it is)."""
+        book = self.session.receipts.stats()
+        with self._lock:
+            replayed, owed = self.replayed, self.replay_owed
+        keys: dict[str, Any] = {
+            "write_queue_bound": book.bound,
+            "write_queue_lane_bound": book.lane_bound,
+            **self.rates.keys(),
+            "write_queue_outstanding": book.outstanding,
+            "write_queue_accepted": book.accepted,
+            "write_queue_applied": book.applied,
+            "write_queue_failed": book.failed,
+            "write_queue_abandoned": book.abandoned,
+            "write_queue_deferred": book.deferred,
+            "write_queue_replayed": replayed,
+            "write_queue_replay_owed": owed,
+            "write_queue_dropped": book.dropped,
+            "write_queue_dropped_closed": book.dropped_closed,
+            "receipts_retained": book.receipts_retained,
+        }
+        return keys
+
+    def health_keys(self) -> dict[str, Any]:
+        """flush_lag_ms, dead_lettered and degraded, as lambo_stats reports them."""
+        return {
+            "flush_lag_ms": round(self.flush_lag_ms(), 3),
+            "dead_lettered": self.health.dead_lettered,
+            "degraded": self.health.degraded,
+        }
