@@ -310,6 +310,85 @@ class HubFile:
     lfs: bool = True
 
 
+class _HubHandler(BaseHTTPRequestHandler):
+    """Answers one ``FakeHub``'s requests (``hub`` is set on a subclass per server)."""
+
+    protocol_version = "HTTP/1.1"
+    hub: FakeHub
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        hub = self.hub
+        hub.requests.append((self.path, self.headers.get("Range")))
+        failing = next((c for k, c in hub.status.items() if k in self.path), None)
+        if failing is not None:
+            self._send(failing, b'{"error":"injected"}')
+            return
+        api = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/([^/?]+)\?blobs=true", self.path)
+        if api:
+            self._answer_listing(*api.groups())
+            return
+        resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
+        if resolve:
+            self._send(302, b"", {"Location": f"/cdn/{'/'.join(resolve.groups())}"})
+            return
+        cdn = re.fullmatch(r"/cdn/([^/]+/[^/]+)/([^/]+)/(.+)", self.path)
+        if not cdn or cdn.group(1) not in hub.repos:
+            self._send(404, b"not found")
+            return
+        self._answer_file(*cdn.groups())
+
+    def _answer_listing(self, repo: str, rev: str) -> None:
+        if repo not in self.hub.repos or rev != self.hub.repos[repo][0]:
+            self._send(404, b'{"error":"Revision Not Found"}')
+            return
+        self._send(200, json.dumps(self.hub.listing(repo)).encode())
+
+    def _answer_file(self, repo: str, rev: str, path: str) -> None:
+        """The bytes from the Range's start (a 416 past the end), cut or corrupted as told."""
+        hub = self.hub
+        commit, files = hub.repos[repo]
+        if rev != commit or path not in files:
+            self._send(404, b"not found")
+            return
+        data = files[path].data
+        if path in hub.corrupt:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        start = 0
+        ranged = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+        if ranged:
+            start = int(ranged.group(1))
+            if start >= len(data):
+                self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+                return
+        body = data[start:]
+        self.send_response(206 if ranged else 200)
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(len(body)))
+        if path in hub.cut_once:
+            hub.cut_once.discard(path)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.end_headers()
+        self.wfile.write(body)
+
+
 @dataclass
 class FakeHub:
     """Serves the two hub endpoints lambo uses, from memory, on 127.0.0.1.
@@ -361,77 +440,10 @@ class FakeHub:
         return [r for r in self.requests if r[0].startswith("/cdn/")]
 
     def start(self) -> str:
-        hub = self
+        owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def _send(self, code: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-                self.send_response(code)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                hub.requests.append((self.path, self.headers.get("Range")))
-                failing = next((c for k, c in hub.status.items() if k in self.path), None)
-                if failing is not None:
-                    self._send(failing, b'{"error":"injected"}')
-                    return
-                api = re.fullmatch(
-                    r"/api/models/([^/]+/[^/]+)/revision/([^/?]+)\?blobs=true", self.path
-                )
-                if api:
-                    repo, rev = api.groups()
-                    if repo not in hub.repos or rev != hub.repos[repo][0]:
-                        self._send(404, b'{"error":"Revision Not Found"}')
-                        return
-                    self._send(200, json.dumps(hub.listing(repo)).encode())
-                    return
-                resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
-                if resolve:
-                    self._send(302, b"", {"Location": f"/cdn/{'/'.join(resolve.groups())}"})
-                    return
-                cdn = re.fullmatch(r"/cdn/([^/]+/[^/]+)/([^/]+)/(.+)", self.path)
-                if not cdn or cdn.group(1) not in hub.repos:
-                    self._send(404, b"not found")
-                    return
-                repo, rev, path = cdn.groups()
-                commit, files = hub.repos[repo]
-                if rev != commit or path not in files:
-                    self._send(404, b"not found")
-                    return
-                data = files[path].data
-                if path in hub.corrupt:
-                    data = bytes([data[0] ^ 0xFF]) + data[1:]
-                start = 0
-                ranged = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
-                if ranged:
-                    start = int(ranged.group(1))
-                    if start >= len(data):
-                        self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
-                        return
-                body = data[start:]
-                self.send_response(206 if ranged else 200)
-                if ranged:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Length", str(len(body)))
-                if path in hub.cut_once:
-                    hub.cut_once.discard(path)
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    self.wfile.write(body[: len(body) // 2])
-                    self.wfile.flush()
-                    self.close_connection = True
-                    return
-                self.end_headers()
-                self.wfile.write(body)
+        class Handler(_HubHandler):
+            hub = owner
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
