@@ -14,13 +14,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import gc
 from .canon.cycle import CycleReport, CycleState, run_cycle
 from .canon.history import CanonHistory
 from .canon.rules import RANK, CanonRules
 from .clock import Clock
 from .config import Config
 from .contradiction import ContradictionInfo, contradicted_targets, contradictions
+from .gc.report import SweepReport
+from .gc.settings import GcSettings
+from .gc.sweep import maybe_sweep
 
 if TYPE_CHECKING:
     from .session import Session
@@ -43,7 +45,7 @@ class Daemon:
         config: Config | CanonRules | None = None,
         clock: Clock | None = None,
         *,
-        gc_settings: gc.GcSettings | None = None,
+        gc_settings: GcSettings | None = None,
     ) -> None:
         """``config``: a Config (its ``[canonization]`` and ``[gc]``), or the rules alone
         (garbage collection then runs only with ``gc_settings``)."""
@@ -58,9 +60,9 @@ class Daemon:
         # The demotion history its cycles record and recall and inspect read, under its rules.
         self.history = CanonHistory(session, rules)
         if gc_settings is None and self.config is not None:
-            gc_settings = gc.GcSettings.from_config(self.config)
+            gc_settings = GcSettings.from_config(self.config)
         self.gc_settings = gc_settings  # None: this daemon does not collect
-        self.last_sweep: gc.SweepReport | None = None
+        self.last_sweep: SweepReport | None = None
         self.clock: Clock = clock or session.clock
         # More sweeps after garbage collection's, each called with (session, now).
         self.sweeps: list[Sweep] = []
@@ -149,9 +151,9 @@ class Daemon:
         self.listing = self.listed
         return len(listed)
 
-    def _collect(self, session: Session, now: float) -> gc.SweepReport | None:
+    def _collect(self, session: Session, now: float) -> SweepReport | None:
         assert self.gc_settings is not None
-        report = gc.maybe_sweep(session, now, self.gc_settings)
+        report = maybe_sweep(session, now, self.gc_settings)
         if report is not None:
             with self._lock:
                 self.last_sweep = report

@@ -24,7 +24,7 @@ from .canon.rules import CanonRules
 from .config import Config
 from .daemon import Daemon
 from .errors import LamboError, ParameterError, internal_fault
-from .gc import gc_stats
+from .gc.sweep import gc_stats
 from .inspect import run_inspect
 from .limits import WAIT_MS_MAX
 from .locks import LockTable, run_reserve

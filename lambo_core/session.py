@@ -28,6 +28,7 @@ from .embed.loader import (
     wants_embedder,
 )
 from .errors import ConfigError, LamboError
+from .gc.report import GcState
 from .index.session_index import SessionIndex
 from .receipts import ReceiptBook, intent_answer
 from .store.base import Store
@@ -114,6 +115,8 @@ class Session:
         self._stamp_lock = threading.Lock()
         # Recall hits not yet written behind (the writer thread drains them).
         self.access_counts = AccessCounts()
+        # Garbage collection's RAM state: its last sweep, the survivor bumps it owes.
+        self.gc_state = GcState()
 
     @classmethod
     def open(

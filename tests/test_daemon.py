@@ -373,7 +373,7 @@ def test_memoized_support_follows_new_aging_and_removed_citations() -> None:
 
 
 def test_the_daemon_runs_garbage_collection_after_canonization() -> None:
-    from lambo_core.gc import GcSettings
+    from lambo_core.gc.settings import GcSettings
 
     w = World()
     w.daemon.gc_settings = GcSettings(elapsed_s=3600.0, min_age_s=3600.0)

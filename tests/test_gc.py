@@ -1,4 +1,4 @@
-"""Garbage collection (lambo_core/gc.py): triggers, every rule, the cap, the report, survivors.
+"""Garbage collection (lambo_core/gc/): triggers, every rule, the cap, the report, survivors.
 
 Every test runs on an injected time (``now`` is passed in), against both stores. Concepts
 and edges go straight into the store (``Builder``), then the session is opened, so the
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from lambo_core.clock import ManualClock
 from lambo_core.config import load_config
 from lambo_core.contradiction import is_contradicted
-from lambo_core.gc import (
+from lambo_core.gc.plan import plan_sweep
+from lambo_core.gc.settings import (
     KEPT_CONTRADICTS_HELD,
     KEPT_CORRECTION,
     KEPT_DEPENDENTS,
@@ -28,12 +29,13 @@ from lambo_core.gc import (
     PROTECTED_STATUSES,
     RESISTANCE,
     GcSettings,
+)
+from lambo_core.gc.sweep import (
     drain_survivors,
     gc_stats,
     last_sweep,
     maybe_sweep,
     owed_survivor_bumps,
-    plan_sweep,
     sweep,
 )
 from lambo_core.index.graph import SessionGraph
@@ -567,7 +569,7 @@ def test_the_plan_holds_the_lock_a_chunk_at_a_time(
 ) -> None:
     import threading
 
-    import lambo_core.gc as gc_module
+    import lambo_core.gc.plan as gc_module
 
     class Counting:
         def __init__(self) -> None:
@@ -806,7 +808,7 @@ def test_a_concept_a_dropped_edge_leaves_edgeless_goes_at_the_next_sweep(store: 
 def test_weak_edges_are_not_held_back_by_the_concept_cap(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import lambo_core.gc as gc_module
+    import lambo_core.gc.sweep as gc_module  # the chunk the sweep mirrors edges by
 
     b = Builder(store)
     nodes = [b.concept(f"kept {i}", ConceptType.CONSTRAINT) for i in range(6)]

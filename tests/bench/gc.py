@@ -35,7 +35,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from lambo_core.gc import GcSettings, plan_sweep, sweep  # noqa: E402
+from lambo_core.gc.plan import plan_sweep  # noqa: E402
+from lambo_core.gc.settings import GcSettings  # noqa: E402
+from lambo_core.gc.sweep import sweep  # noqa: E402
 from lambo_core.model import (  # noqa: E402
     Concept,
     ConceptType,
