@@ -1,17 +1,8 @@
-"""Models lambo knows by name, and where `lambo model pull` fetches them.
+"""The models lambo knows by name: where `lambo model pull` fetches each, how to run it.
 
-Each entry pins a hub repository at a commit, names the files to fetch and
-the name each gets in the model directory, and says how to run the model
-(pooling, output, width, token limit, pad token, whether ``token_type_ids``
-is fed). Integrity: the commit pins the content, and at pull time the hub's
-listing of that commit gives each file's size and sha256 (the Git LFS oid;
-for a file kept in plain git, its git blob sha1); every downloaded byte is
-checked against them before anything is installed.
-
-The revisions were read from other projects that pin the same repositories
-(the hub itself is unreachable from where this was written), each seen in
-several independent places; a wrong pin fails loudly at pull time (the hub
-answers 404), never silently.
+Each entry pins hub repositories at a commit and names the files to fetch; the pull
+checks every byte against the sizes and checksums the hub lists for that commit.
+Spec: lambo_recall's possibly-superseded line ("Only where it was measured").
 """
 
 from __future__ import annotations

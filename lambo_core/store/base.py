@@ -1,27 +1,9 @@
-"""The Store protocol: durable state behind one small interface.
+"""The ``Store`` protocol: durable state behind one small interface, and its fencing.
 
-Two implementations: ``SqliteStore`` (one file, many sessions; WAL; FTS5) and
-``MemoryStore`` (RAM, for tests and ``--store memory``). Both pass the same
-test suite through one parametrized fixture.
-
-Rules every implementation keeps:
-- A store holds many sessions; every row belongs to exactly one session.
-- ``apply`` commits a whole ``WriteBatch`` (interaction, concepts, edges and
-  the intent's settlement) in one transaction, or nothing.
-- An edge is unique on (session, src, dst, edge_type); writing it again
-  reinforces it (weight + 1.0, capped at 10) and keeps its first
-  interaction, agent and times.
-- Vectors are stored as little-endian float32 bytes.
-- Failures raise ``StoreError`` with a caller-safe message; driver text goes
-  into its ``detail`` only.
-- Fencing: once the lease holder has given the store its ``Fence`` for a
-  session (``fence``), every write of that session checks, in the write's own
-  transaction (SQLite: inside its ``BEGIN IMMEDIATE``; RAM: under its lock),
-  that the session's lease row still carries the fence's token and has not
-  expired, and otherwise raises ``FencedOut`` and changes nothing. So a writer
-  that was paused past its lease can never commit after another took over,
-  whichever of its paths writes (the apply worker, the write-behind flush,
-  intents, the daemon). The lease methods themselves are not fenced.
+Two implementations, ``SqliteStore`` (one file, many sessions) and ``MemoryStore``
+(RAM, for tests and ``--store memory``), pass one parametrized test suite; the
+rules each keeps are on ``Store``. Spec: lambo_recall's "Store / What recall uses",
+and "More than one client on one machine" for the lease.
 """
 
 from __future__ import annotations
@@ -107,6 +89,25 @@ class KeywordIndex(Protocol):
 
 
 class Store(Protocol):
+    """Every implementation keeps these rules.
+
+    - A store holds many sessions; every row belongs to exactly one session.
+    - ``apply`` commits a whole ``WriteBatch`` (interaction, concepts, edges and the
+      intent's settlement) in one transaction, or nothing.
+    - An edge is unique on (session, src, dst, edge_type); writing it again reinforces
+      it (weight + 1.0, capped at ``EDGE_WEIGHT_CAP``) and keeps its first interaction,
+      agent and times.
+    - Vectors are stored as little-endian float32 bytes.
+    - Failures raise ``StoreError`` with a caller-safe message; driver text goes into
+      its ``detail`` only.
+    - Fencing: once the lease holder has given the store its ``Fence`` for a session,
+      every write of that session checks, in the write's own transaction, that the
+      session's lease row still carries the fence's token and has not expired, else
+      raises ``FencedOut`` and changes nothing; so a writer paused past its lease never
+      commits after another took over, whichever of its paths writes. The lease
+      methods themselves are not fenced.
+    """
+
     kind: str  # "sqlite" | "memory"
     has_vector_search: bool
 
