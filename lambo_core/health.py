@@ -1,22 +1,9 @@
 """Whether a session's store is taking its writes: ``degraded``, ``dead_lettered``, flush lag.
 
-Spec: lambo_stats (flush_lag_ms, dead_lettered, degraded) and "What a crash
-can lose". In lambo an acked write's intent is committed before the ack and an
-applied write in the transaction that applies it, so the only change the store
-can be behind on is the write-behind of recall access counts
-(``Session.access_counts``): ``flush_lag_ms`` is the age of the oldest count
-not yet flushed, 0 when none waits.
-
-``StoreHealth`` is owned by the session's write pipeline, which reports each
-store write it makes:
-
-- ``refused``: the store rejected a write (an intent, an applied batch, a
-  write-behind flush). The session is then ``degraded`` until one of its own
-  writes (an applied batch or a flush) goes through again, and every write
-  says so: an ack carries a warning line, a refusal a sentence.
-- ``dead_letter``: a write-behind batch the store kept refusing was dropped
-  (``MAX_FLUSH_ATTEMPTS`` consecutive failures). Its counts are lost, so the
-  lag falls back while ``dead_lettered`` rises.
+``StoreHealth`` is owned by the session's write pipeline, which reports each store write it
+makes: ``refused`` (degraded until one of its own writes goes through again) and
+``dead_letter`` (a write-behind batch dropped after ``MAX_FLUSH_ATTEMPTS`` refusals). Spec:
+lambo_stats (flush_lag_ms, dead_lettered, degraded; "What a crash can lose").
 """
 
 from __future__ import annotations

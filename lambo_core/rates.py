@@ -1,24 +1,8 @@
 """The write queue's rate keys: the startup probe, the observed rates, ack-to-applied times.
 
-Spec: lambo_stats, "The rate keys are telemetry about your embedder, not the
-source of any bound". Every figure here is measured; one not measured yet is
-null, never a stand-in.
-
-- The startup probe (``run_probe``) times a representative write: two concepts
-  of about 340 bytes, framed and embedded the way lambo_derive embeds them (all
-  of a call's texts in one embedder call). ``probe_serial`` is writes per
-  second one at a time (the median of ``PROBE_ROUNDS`` calls); ``probe_wide`` is
-  writes per second with four such calls in flight at once, or null when the
-  four did not finish within the probe's time.
-- Observed, once this server has applied ``OBSERVED_MIN`` writes of its own:
-  ``serial`` is 1000 / the median time the apply worker spent on one write
-  (embedding, matching, the store transaction); ``items_per_sec`` is 1000 / the
-  median interval between applies the worker made back to back (the queue was
-  not empty), so it also counts what the worker does between writes. It is
-  null until ``OBSERVED_MIN`` back-to-back intervals were seen, since a queue
-  that never backs up never shows its drain rate.
-- ``write_queue_apply_ms_*``: ack to applied over the last 256 applied writes,
-  what a ``wait_ms`` has to cover.
+Every figure is measured, or null until it is; none is the source of a bound. Spec:
+lambo_stats, "The rate keys are telemetry about your embedder, not the source of any bound".
+How each is measured: docs/design.md (the write path, rate keys).
 """
 
 from __future__ import annotations

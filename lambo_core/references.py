@@ -1,23 +1,9 @@
 """Reference resolution: how a depends_on / against entry names an existing concept.
 
-One reading, shared by every tool that takes references:
-
-1. A hyphenated UUID that is a concept's node id names that concept; one that
-   is an interaction's id is refused. Any other hyphenated UUID is text.
-2. Exactly 8 hex characters (the short id recall prints) whose text names no
-   concept names the one concept whose id starts with them; several such
-   concepts are refused, listed with their full ids.
-3. Everything else is text: it names the concepts with the same canonical key.
-   Never a substring, never a guess.
-
-``match_reference`` says what a reference names without deciding what to do
-about it (``lambo_record_action`` creates a concept for unmatched text,
-``lambo_derive`` refuses it); ``resolve_reference`` demands exactly one
-concept. Every refusal is a ``ReferenceRefused`` naming the field and the
-reference (shown one-line and capped) and ending "; nothing was written".
-
-Callers validate reference strings with ``text.check_string`` first, so the
-reference shown in a refusal is text the caller is allowed to send.
+One reading for every tool that takes references: a node id, then an 8-hex short id, then
+the canonical key of the text; never a substring, never a guess. ``match_reference`` says
+what a reference names, ``resolve_reference`` demands exactly one concept; a refusal is a
+``ReferenceRefused`` ending "; nothing was written". Spec: lambo_derive, depends_on/against.
 """
 
 from __future__ import annotations

@@ -1,40 +1,8 @@
 """The rules of text: what lambo accepts in a string, and how it compares two.
 
-Every string a caller sends passes ``check_string`` (or ``check_agent_id``)
-before anything else looks at it. The rules:
-
-- A string is at most 16,384 bytes of UTF-8 (``MAX_STRING_BYTES``).
-- Control characters are refused except tab and newline, so an ANSI escape or
-  a NUL never reaches stored content and whatever renders it later.
-- Invisible formatting characters are refused: bidi controls, the zero-width
-  family, blank-rendering fillers, the BOM, tag characters and the rest of
-  Unicode's default-ignorable set. They paint nothing in review but a model
-  still reads them.
-- The invisibles real writing needs stay allowed and are kept in content:
-  ZWJ and ZWNJ (Persian, Indic scripts, emoji sequences), the variation
-  selectors (emoji presentation, CJK and Mongolian variants) and the
-  combining grapheme joiner. ``canonical_key`` drops them, so texts that look
-  identical are one concept.
-- Lone surrogates are refused: they are not characters and have no UTF-8 form.
-- Accepted strings come back NFC-normalized.
-
-Refusals name the field, the rule and the bound or codepoint (as ``U+XXXX``)
-and never contain the offending character itself.
-
-Decisions the spec leaves open, made here:
-
-- U+00AD SOFT HYPHEN is refused as invisible formatting: it renders nothing
-  except at a line break, and it is the classic way to make ``pass<SHY>word``
-  look like ``password``. The spec's allowed list does not include it.
-- U+2800 BRAILLE PATTERN BLANK is refused as a blank filler (it is the usual
-  "empty" character used to fake blank names).
-- Mongolian free variation selectors (U+180B-U+180D, U+180F) count as
-  variation selectors, as Unicode classes them: allowed, dropped from keys.
-- ``check_string`` refuses an empty or blank string (only whitespace and
-  allowed invisibles) unless ``allow_empty``: its canonical key is empty.
-- A string that grows past the cap when NFC-normalized (a few scripts have
-  decomposing compositions) is refused, saying so, rather than stored
-  over the cap.
+Every string a caller sends passes ``check_string`` (or ``check_agent_id``) before anything
+else reads it; ``canonical_key`` says when two texts are one concept. Spec: "What Lambo
+accepts in text". The decisions the spec leaves open are in docs/design.md (text).
 """
 
 from __future__ import annotations
