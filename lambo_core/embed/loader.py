@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import ConfigError, LamboError
 from .base import Embedder, EmbeddingContract
@@ -112,7 +112,7 @@ class LazyEmbedder:
         self._embedder: Embedder | None = None
         self._error: LamboError | None = None
 
-    def start(self) -> LazyEmbedder:
+    def start(self) -> Self:
         with self._start_lock:
             if self._thread is None:
                 self._thread = threading.Thread(
