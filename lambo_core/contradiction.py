@@ -1,38 +1,9 @@
 """Is a concept currently contradicted? The rule recall, lambo_stale and receipts share.
 
-Spec: lambo_recall, "Contradiction warnings" ("When it fires", "Dates",
-"Your own evidence does not count against you", "One per hit"), and
-lambo_stale. Pure functions over a ``SessionGraph``, a time and the
-canonization age floor (``canonization_edge_min_age``, 60 s by default); the
-caller holds the session index lock.
-
-A concept H is contradicted when some Contradicts edge C -> H (C still a
-concept of the session) is dated
-
-- strictly after H itself (``H.about_time``), and
-- strictly after H's latest *counted* supporting evidence.
-
-Supporting evidence is each Dependency edge into H (a concept citing H in
-depends_on) and each Hierarchical edge out of H (its parent_of children),
-dated by the ``about_time`` of the write that declared it (a repeat reinforces
-the edge and keeps its first date, so it is not new evidence). An edge counts
-only once it is at least ``edge_min_age`` old, measured from ``created_at``
-(when it was written, whatever its event_time), and never when
-
-- the supporting concept was written with H (same interaction as H, or the
-  edge was declared by H's own write),
-- it was written by the agent that declared the contradiction, or
-- the supporting concept is the contradicting concept itself.
-
-Both sides use about-time (event_time, never later than the write), so a
-backdated contradiction reads as outweighed by later evidence. Among the
-contradictions that fire, the newest wins, then the contradicting concept's
-canonical key, then its id.
-
-Stale dependents (lambo_stale, and the ``stale_report`` on receipts of writes
-carrying against): direct Dependency edges D -> H where H is contradicted by
-this rule, excluding a D that itself contradicts H. parent_of links and chains
-do not count.
+Spec: lambo_recall, "Contradiction warnings", and lambo_stale. Pure functions over a
+``SessionGraph``, a time and the canonization age floor (``canonization_edge_min_age``);
+the caller holds the session index lock. The rule in our words: docs/design.md,
+"Contradictions".
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""lambo_saints: the session's Canonical concepts.
+"""lambo_saints: the session's Canonical concepts, largest blast radius first.
 
-Spec: lambo_saints. Each row carries the node id, the content, the type, the
-blast radius, the access count and when the concept was created (RFC 3339).
-Rows are ordered by blast radius (largest first), then oldest first, then id.
-The access count includes recalls counted in RAM and not yet written behind.
-The text shows each concept's content on one line, capped; the structured
-rows carry it whole. An empty list is the normal answer for a session no
-concept has been promoted in yet.
+Spec: lambo_saints. Access counts include recalls counted in RAM and not yet written behind.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """lambo_stale: direct dependencies that rest on a currently contradicted concept.
 
-Spec: lambo_stale. The rule is ``contradiction.stale_rows`` (the one recall
-and the receipts' stale_report use, with the same clock and evidence age):
-a row is a Dependency edge D -> H where H is contradicted now, and D does not
-itself contradict H; parent_of links and chains do not count. Rows are
-ordered by cited id, then dependent id; a page holds at most 50 of them from
-``offset``, beside the total. Each call reads the current graph, so pages
-taken across writes can shift.
+Spec: lambo_stale. The rule is ``contradiction.stale_rows`` (the one recall and the receipts'
+stale_report use); this module parses the call and pages the rows.
 """
 
 from __future__ import annotations
