@@ -217,7 +217,7 @@ KEYS: tuple[Key, ...] = (
         minimum=1,
         maximum=10_000_000,
     ),
-    # Gate numbers the spec leaves open start from 0.2.2's (see lambo_core/canon.py).
+    # Gate numbers the spec leaves open start from 0.2.2's (see lambo_core/canon/rules.py).
     Key(
         "canonization",
         "candidate_min_interactions",
