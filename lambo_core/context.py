@@ -1,34 +1,8 @@
 """The Lambo context block: hit blocks rendered in rank order under a token budget.
 
-A hit's block is its label line and its warning lines::
-
-    user schema [Entity, canonical] (score 1.44, id 3f9c2a10, blast radius 8)
-    ⚑ Load-bearing pillar — 8 nodes depend on this. Modify with caution.
-
-Blocks are joined by one blank line. Tokens are estimated as
-``ceil(bytes / 3.5)`` over the rendered text, separators included, so a
-budget of ``max_tokens`` is exactly ``3.5 * max_tokens`` bytes (rounded down).
-
-The rules (spec: "When the top hit is longer than max_tokens"):
-
-- whole blocks in rank order, stopping at the first block that does not fit:
-  a later block never follows a skipped one, even if it would fit alone;
-- if the first block alone does not fit, its text is cut at a character
-  boundary and ends with ``…``, the rest of the block is kept, and the
-  marker line ``[truncated: N tokens left out; lambo_inspect <id> for the
-  full concept]`` follows; if the warning lines do not fit they are left out,
-  and if the label does not fit either only the text and the marker remain;
-  nothing follows a truncated block. The marker counts toward the budget;
-- a budget too small for the marker (about 22 tokens) gives an empty context.
-
-An optional ``header`` (the dependency-question line) goes before the first
-block when it fits beside it; it is dropped, never cut, when it does not.
-
-An optional ``notice`` (a recall that ran without its vector leg says so) is
-the first line, ahead of everything: the blocks (and any header) get what is
-left of the budget after it and the blank line, under the rules above. It
-counts toward ``max_tokens`` too, so a budget too small for the notice alone
-leaves it out (it is still in the recall's warnings).
+Tokens are ``ceil(bytes / 3.5)`` of the rendered text; whole blocks in rank order, the
+first one cut with a marker when it alone does not fit (spec: lambo_recall, "When the top
+hit is longer than max_tokens"). Design notes: notes/design/recall.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,8 @@
 """lambo_inspect: one concept, its dependents, its edges both ways and its neighbourhood.
 
-Spec: lambo_inspect, Errors ("A focus that matches several concepts") and
-Limits (inspect depth 0..=5, 200 neighbours rendered in all, 10 candidates).
-
-**Resolving the focus**, first rule that names anything wins:
-
-1. exactly: a full node id, or text whose canonical key is a concept's
-   (``references.match_reference``; an interaction's id is refused);
-2. the 8-hex short id a recall block renders (when no text matched);
-3. a single substring: the focus's canonical key inside one concept's
-   canonical key, said in the result text. In a session of more than 2,000
-   concepts (the scan cap) the substring leg scans a bounded subset instead
-   of refusing: up to 1,000 concepts with the largest blast radius (those
-   with any dependents), then the most recently written until 2,000, and the
-   result says so. Measuring every blast radius is a pass over the session,
-   made in chunks so the writer is never held up for all of it, and cached
-   per graph version.
-
-Several matches at any step refuse, listing up to 10 candidates with full
-node ids (closest first for substrings); no match refuses with the closest
-concepts by keyword as suggestions.
-
-**The result**: the label line (the recall label without a score), the node
-id, status and writer, every contradiction that currently fires on it and
-the contradicted concepts it rests on, ``dependents (N):`` (at most 200
-listed; ``dependents_truncated`` says when more exist), the canonization
-admission section, and the neighbourhood: a breadth-first walk over every
-edge type both ways to ``depth`` hops that keeps at most 200 neighbours in
-all (not per hop) and says when it stopped. Each edge walked is rendered
-once, at most 400 lines.
-
-**Admission** (``canon.admission_section``): the canonization line under the
-running policy, ``<status> -> <next> eligible`` or ``refused``, one reason per
-failing gate, and the structured ``admission`` (policy, status, next, eligible,
-checks, solo under Solo, reasons), each gate measured the way the next cycle
-measures it. It ends with ``last demotion <time>: superseded by ... / budget``
-when the concept was demoted. If the store cannot answer, ``admission`` is null
-and a warning says why; the rest of the result is unaffected.
+The focus is resolved exactly, by short id, then by a single substring (a bounded subset
+past the scan cap); the result adds the admission section (``canon.admission_section``).
+Spec: lambo_inspect, and Limits. Design notes: notes/design/recall.md.
 """
 
 from __future__ import annotations

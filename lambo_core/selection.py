@@ -1,22 +1,9 @@
 """Duplicate hits: the ``[selection] skip_redundant`` rule of lambo_recall (#181).
 
-With the setting on, recall skips a hit that repeats one it already took and
-the next distinct hit takes its slot; the hit kept names what it replaced
-(``also 82c3dcb0``). A repeat is the same text, spacing and invisible
-characters aside and case kept (``same_content``); with ``similar_signals``
-also two concepts joined by a semantic edge (``semantic_edge``) or whose
-vectors reach the session's merge threshold (``cosine``).
-
-A pair is never a repeat when one contradicts the other or is suspected of
-replacing it, or when the texts differ in an identifier, a number, a
-negation (``matching.merge_forbidden``), a word against its opposite, or the
-order of their shared words: near texts like those are different facts, and
-hiding one would hide the difference.
-
-Never skipped: a hit with a warning line of its own (the caller says which),
-since the copy kept may not carry it. Only the first ``min(20, 4 * top_k)``
-hits are checked. With the setting off, or nothing repeated, the result is
-exactly the first ``top_k`` hits.
+A hit repeating one already taken is skipped and named on the hit kept (``also``);
+near texts that differ in an identifier, a number, a negation or an opposite are
+different facts and never repeats, and a hit with a warning line of its own is never
+skipped (spec: lambo_recall, Duplicate hits).
 """
 
 from __future__ import annotations

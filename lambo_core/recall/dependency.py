@@ -205,6 +205,21 @@ def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor 
             for h in hiders
         )
     ]
+    best = _nearest_named(graph, visible, markers, len(tokens))
+    if best is not None:
+        return best
+    singular = [t.folded.removesuffix("s") for t in tokens]
+    says_sg = any(tuple(singular[i : i + 2]) == SECURITY_GROUP for i in range(len(singular) - 1))
+    return _security_group(graph) if says_sg else None
+
+
+def _nearest_named(
+    graph: SessionGraph,
+    visible: Sequence[_Occurrence],
+    markers: Sequence[tuple[int, int]],
+    token_count: int,
+) -> DependencyAnchor | None:
+    """The name with dependents nearest after a marker, then Entity/Resource, then longest."""
     best: tuple[tuple[int, int, int, int, str], str, list[str]] | None = None
     for occ in visible:
         dependents = graph.dependents(occ.node_id)
@@ -218,16 +233,12 @@ def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor 
         if after:
             group, distance = 0, min(after)
         else:
-            group, distance = 1, min(before, default=len(tokens))
+            group, distance = 1, min(before, default=token_count)
         kind = 0 if concept.concept_type in (ConceptType.ENTITY, ConceptType.RESOURCE) else 1
         rank = (group, distance, kind, -len(occ.key), occ.node_id)
         if best is None or rank < best[0]:
             best = (rank, occ.node_id, dependents)
-    if best is not None:
-        return DependencyAnchor(best[1], best[2], "named")
-    singular = [t.folded.removesuffix("s") for t in tokens]
-    says_sg = any(tuple(singular[i : i + 2]) == SECURITY_GROUP for i in range(len(singular) - 1))
-    return _security_group(graph) if says_sg else None
+    return DependencyAnchor(best[1], best[2], "named") if best is not None else None
 
 
 def _security_group(graph: SessionGraph) -> DependencyAnchor | None:

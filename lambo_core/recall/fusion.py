@@ -1,7 +1,8 @@
-"""Fusing the legs into candidates, scoring them and ordering them (spec: lambo_recall, Fusion).
+"""Fusing the legs into candidates, scoring them and ordering them.
 
 ``final = 0.5 * base + 0.5 * relevance``; Canonical query hits sort first, and a hit
-only the recent leg lifted goes after every hit the question names.
+only the recent leg lifted goes after every hit the question names (spec: lambo_recall,
+and [fusion] under Configuration).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class Scorer:
         self.now = now
         self.max_degree = self.graph.max_degree
         self.interactions = interaction_count(self.graph)
-        self.view = EdgeView(self.graph)
+        self.view = EdgeView(self.graph, session.index.summaries)
 
     def score(self, cand: Candidate) -> bool:
         """Fill ``cand``'s base and final score; False if the concept is gone."""

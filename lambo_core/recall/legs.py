@@ -1,6 +1,6 @@
 """Recall's query legs: keyword (BM25), vector (cosine) and recent interactions.
 
-Each leg returns raw scores, up to ``top_k * 4`` hits (spec: lambo_recall, Legs);
+Each leg returns raw scores, up to ``top_k * 4`` hits (spec: lambo_recall, the store table);
 a vector leg that cannot run says why in a warning and in the context's first line.
 """
 

@@ -2,7 +2,7 @@
 
 Contradicted, Contradicts and rests-on lines, conflicts and the high-risk alert
 (``alerts.py``), possibly superseded, the superseded history (spec: lambo_recall,
-Warnings).
+Contradiction warnings through Superseded concepts).
 """
 
 from __future__ import annotations

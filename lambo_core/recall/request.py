@@ -1,7 +1,8 @@
-"""lambo_recall's arguments, configured defaults and result (spec: lambo_recall, Arguments).
+"""lambo_recall's arguments, configured defaults and result.
 
-Arguments are checked in the spec's table order; ``image`` and ``query_vector``
-are refused as configuration errors (no image embedder, no client vectors yet).
+Arguments are checked in the order of the spec's table (spec: lambo_recall); ``image``
+and ``query_vector`` are refused as configuration errors (no image embedder, no client
+vectors yet).
 """
 
 from __future__ import annotations
