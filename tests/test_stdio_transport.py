@@ -5,6 +5,7 @@ Every read has a timeout; one server process serves most tests, so the module st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -85,8 +86,12 @@ class ServerProcess:
         self.raw_stdout: list[bytes] = []
         self._stderr: list[bytes] = []
         self._stderr_lock = threading.Lock()
-        threading.Thread(target=self._pump_stdout, daemon=True).start()
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        self._pumps = [
+            threading.Thread(target=self._pump_stdout, daemon=True),
+            threading.Thread(target=self._pump_stderr, daemon=True),
+        ]
+        for pump in self._pumps:
+            pump.start()
         self._next_id = 1000
 
     def _pump_stdout(self) -> None:
@@ -175,6 +180,13 @@ class ServerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(TIMEOUT)
+        # The pumps end at the pipes' EOF; then close our ends (collected open, they warn).
+        for pump in self._pumps:
+            pump.join(TIMEOUT)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    pipe.close()
 
 
 def spawn(directory: Path) -> ServerProcess:
