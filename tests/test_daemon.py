@@ -31,6 +31,12 @@ PLAN = EmbedderPlan(lazy=None, contract=None)
 AGE = 60.0
 
 
+def status_of(session: Session, node_id: str) -> Status:
+    concept = session.index.graph.concept(node_id)
+    assert concept is not None, node_id
+    return concept.status
+
+
 class World:
     def __init__(self, rules: CanonRules | None = None) -> None:
         self.store = MemoryStore()
@@ -139,7 +145,7 @@ def test_a_store_refusal_stops_the_cycle_and_is_counted(
     monkeypatch.setattr(world.store, "set_status", refuse)
     report = world.daemon.cycle()
     assert report.failed == "store error: the store is not answering" and report.steps == []
-    assert world.session.index.graph.concept(schema).status is Status.NONE
+    assert status_of(world.session, schema) is Status.NONE
     assert world.daemon.counters()["canonization_cycles"] == 1
     assert world.daemon.failed_cycles == 1
     monkeypatch.undo()
@@ -204,7 +210,9 @@ def test_stats_report_the_policy_cycles_and_canonical_count(tmp_path: Path) -> N
         )
         assert pipeline.wait_idle(10)
         for agent in ("b", "c", "d"):
-            cites = [{"content": f"{agent} uses it {i}", "concept_type": "logic"} for i in range(2)]
+            cites: list[dict[str, Any]] = [
+                {"content": f"{agent} uses it {i}", "concept_type": "logic"} for i in range(2)
+            ]
             for c in cites:
                 c["depends_on"] = ["user schema"]
             pipeline.submit("lambo_derive", {"agent_id": agent, "concepts": cites})
@@ -293,10 +301,10 @@ def test_the_start_pass_lists_contradictions_and_takes_no_canonization_step(
     assert world.daemon.listed(target)
     assert world.daemon.listing == world.daemon.listed
     assert world.daemon.counters()["canonization_cycles"] == 0
-    assert world.session.index.graph.concept(schema).status is Status.NONE  # nothing promoted
+    assert status_of(world.session, schema) is Status.NONE  # nothing promoted
     job()  # one interval later: a whole cycle
     assert world.daemon.counters()["canonization_cycles"] == 1
-    assert world.session.index.graph.concept(schema).status is not Status.NONE
+    assert status_of(world.session, schema) is not Status.NONE
 
 
 def test_recall_checks_every_hit_until_the_daemons_first_listing(world: World) -> None:
@@ -348,7 +356,7 @@ def test_memoized_support_follows_new_aging_and_removed_citations() -> None:
                 w.session.index.graph.concepts_with_key(canonical_key("b posts"))[0].id
             )
         assert [s.node_id for s in w.daemon.cycle().steps] == []
-        assert w.session.index.graph.concept(other).status is Status.NONE
+        assert status_of(w.session, other) is Status.NONE
 
         # a third citation of the Candidate counts only once it ages past the floor
         w.derive("d reads it", agent="agent-d", depends_on=[schema])
@@ -385,7 +393,8 @@ def test_the_daemon_runs_garbage_collection_after_canonization() -> None:
         w.clock.advance(AGE)
         w.daemon.cycle()  # starts the session's gc clock; no sweep yet
         assert w.daemon.last_sweep is None
-        assert w.store.get_session("s").last_gc_at == w.clock.now()
+        record = w.store.get_session("s")
+        assert record is not None and record.last_gc_at == w.clock.now()
         w.clock.advance(30 * 86_400)
         report = w.daemon.cycle()
         sweep = w.daemon.last_sweep

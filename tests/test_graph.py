@@ -34,7 +34,7 @@ def concept(
         about_time=1.0,
         agent_id="a",
         interaction_id=interaction,
-        vector=np.ones(4, dtype=np.float32) / 2,
+        vector=np.full(4, 0.5, dtype=np.float32),
     )
 
 

@@ -325,9 +325,9 @@ def test_integer_bounds_at_and_past_each_end(
         with pytest.raises(ParameterError) as info:
             ask(small, "stdio", **{name: value})
         assert info.value.render() == rule
-    for value in ("5", 5.0, True):
+    for wrong in ("5", 5.0, True):
         with pytest.raises(ParameterError, match=f"{name} must be an integer"):
-            ask(small, "stdio", **{name: value})
+            ask(small, "stdio", **{name: wrong})
 
 
 def refusal(session: Session, args: dict[str, Any]) -> LamboError:

@@ -46,7 +46,8 @@ class FixedEmbedder:
         return out
 
     def embed_query(self, text: str) -> Vector:
-        return self.embed([text])[0]
+        vector: Vector = self.embed([text])[0]
+        return vector
 
 
 @pytest.fixture
@@ -137,7 +138,7 @@ def test_writes_wait_while_the_model_loads(store: SqliteStore) -> None:
         release.wait(10)
         return embedder
 
-    lazy = LazyEmbedder(slow_load).start()  # type: ignore[arg-type]
+    lazy = LazyEmbedder(slow_load).start()
     plan = EmbedderPlan(lazy=lazy, contract=embedder.contract)
     session = Session.open(store, "s", plan)
     with pytest.raises(EmbedderLoading, match="still loading"):

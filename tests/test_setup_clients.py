@@ -8,6 +8,7 @@ import shlex
 import stat
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -102,7 +103,7 @@ def test_pyz_form_runs_python3_on_the_absolute_path(home: Path) -> None:
 def test_write_cursor_merges_keeps_others_and_a_bak(home: Path) -> None:
     path = home / ".cursor" / "mcp.json"
     path.parent.mkdir()
-    old = {
+    old: dict[str, Any] = {
         "mcpServers": {
             "github": {"command": "gh-mcp", "env": {"TOKEN": "x"}},
             "lambo": {"command": "old-lambo", "args": []},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -479,7 +480,8 @@ def looks_alike(draw: st.DrawFn) -> tuple[str, str]:
     plain = " ".join(words)
     variant_words = []
     for word in words:
-        form = draw(st.sampled_from(["NFC", "NFD"]))
+        forms: list[Literal["NFC", "NFD"]] = ["NFC", "NFD"]
+        form = draw(st.sampled_from(forms))
         word = unicodedata.normalize(form, word)
         # sprinkle allowed invisibles between characters
         out = ""

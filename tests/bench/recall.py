@@ -201,7 +201,8 @@ class SwitchEmbedder:
     def embed_query(self, text: str) -> npt.NDArray[np.float32]:
         if self.real:
             assert self.model is not None
-            return self.model.embed([text])[0]  # uncached: every call runs the model
+            vector: npt.NDArray[np.float32] = self.model.embed([text])[0]  # uncached, every call
+            return vector
         return self.prepared[text]
 
 

@@ -73,7 +73,7 @@ def test_cli_forwards_to_the_running_hub(served_home: Path) -> None:
     async def scenario() -> None:
         async with Client(params) as client:
             hub = await client.call_tool("lambo_stats", {"agent_id": "a"})
-            hub_pid = hub.structured_content["holder_pid"]  # type: ignore[index]
+            hub_pid = hub.structured_content["holder_pid"]
             out = await anyio.to_thread.run_sync(
                 lambda: lambo(
                     served_home,
@@ -92,6 +92,6 @@ def test_cli_forwards_to_the_running_hub(served_home: Path) -> None:
             body = json.loads(stats.stdout)
             assert body["holder_pid"] == hub_pid  # the writer's own figures
             seen = await client.call_tool("lambo_stats", {"agent_id": "a"})
-            assert seen.structured_content["concept_count"] == 1  # type: ignore[index]
+            assert seen.structured_content["concept_count"] == 1
 
     anyio.run(scenario)

@@ -31,7 +31,7 @@ def structured(result: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_handshake_tools_write_and_read_your_write(served_home: Path, mode: str) -> None:
     async def scenario() -> None:
-        async with Client(params(served_home), mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(params(served_home), mode=mode) as client:
             assert client.instructions is not None
             assert "session 'e2e'" in client.instructions
             tools = await client.list_tools()
