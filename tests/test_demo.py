@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +37,8 @@ def assert_story(out: str) -> None:
 
 
 def test_demo_memory_store_keyword_only(lambo_home: Path) -> None:
-    started = time.monotonic()
     out = run_demo("--store", "memory")
     assert out.exit_code == 0, out.output
-    assert time.monotonic() - started < 20
     text = out.output
     assert "in a memory store (gone when the demo ends)" in text
     assert 'no model is installed for embedder.model = "bge-m3"' in text
