@@ -1,7 +1,7 @@
 """lambo_inspect: one concept, its dependents, its edges both ways and its neighbourhood.
 
 The focus is resolved exactly, by short id, then by a single substring (a bounded subset
-past the scan cap); the result adds the admission section (``canon.admission_section``).
+past the scan cap); the result adds the admission section (``canon.admission``).
 Spec: lambo_inspect, and Limits. Design notes: notes/design/recall.md.
 """
 
