@@ -298,3 +298,55 @@ def test_top_k_at_scale_matches_brute_force() -> None:
     for q in (m[5000], *rng.standard_normal((5, 16)).astype(np.float32)):
         for k in (1, 20, 100):
             assert_same(vm.top_k(q, k), brute_force(ids, m, q, k))
+
+
+def test_a_scan_in_flight_holds_back_a_remove_but_not_an_append(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows a scan reads stay put until it ends; an append writes past them at once."""
+    rng = np.random.default_rng(10)
+    m = unit_rows(rng, 4, 8)
+    vm = VectorMatrix(8)
+    vm.add_many(list("abc"), m[:3])
+    scanning, release, remove_waits = threading.Event(), threading.Event(), threading.Event()
+    real_top_rows = VectorMatrix._top_rows
+
+    def held_scan(
+        live: npt.NDArray[np.float32], q: npt.NDArray[np.float32], k: int, drop: list[int]
+    ) -> list[tuple[float, int]]:
+        scanning.set()
+        assert release.wait(10)
+        return real_top_rows(live, q, k, drop)
+
+    class NotedCondition(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            remove_waits.set()
+            return super().wait(timeout)
+
+    monkeypatch.setattr(vm, "_top_rows", held_scan)
+    vm._no_scans = NotedCondition(vm._lock)
+    done: list[str] = []
+    found: list[list[tuple[str, float]]] = []
+
+    def scan() -> None:
+        found.append(vm.top_k(m[0], 3))
+        done.append("scan")
+
+    def remove() -> None:
+        vm.remove("a")
+        done.append("remove")
+
+    scanner = threading.Thread(target=scan)
+    scanner.start()
+    assert scanning.wait(10)
+    vm.add("d", m[3])  # past the scan's rows: it does not wait for the scan
+    remover = threading.Thread(target=remove)
+    remover.start()
+    assert remove_waits.wait(10)
+    assert done == []
+    release.set()
+    scanner.join(10)
+    remover.join(10)
+    assert done == ["scan", "remove"]
+    assert found[0][0][0] == "a" and {node for node, _ in found[0]} == {"a", "b", "c"}
+    assert "a" not in vm and sorted(vm.ids()) == ["b", "c", "d"]
