@@ -2,7 +2,7 @@
 
 Tokens are ``ceil(bytes / 3.5)`` of the rendered text; whole blocks in rank order, the
 first one cut with a marker when it alone does not fit (spec: lambo_recall, "When the top
-hit is longer than max_tokens"). Design notes: notes/design/recall.md.
+hit is longer than max_tokens"). Design notes: docs/design.md, recall.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The focus is resolved exactly, by short id, then by a single substring (a bounded subset
 past the scan cap); the result adds the admission section (``canon.admission``).
-Spec: lambo_inspect, and Limits. Design notes: notes/design/recall.md.
+Spec: lambo_inspect, and Limits. Design notes: docs/design.md, recall.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A read-side copy of the store, rebuilt at open and kept current by the apply worker
 under the session index lock (the graph has no lock of its own); ``version`` grows on
-every change so caches can key on it. Design notes: notes/design/recall.md.
+every change so caches can key on it. Design notes: docs/design.md, recall.
 """
 
 from __future__ import annotations

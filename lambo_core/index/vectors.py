@@ -3,7 +3,7 @@
 One BLAS gemv over a contiguous ``[capacity, dim]`` matrix whose live rows are the
 prefix ``[:n]``: growth doubles the capacity, ``remove`` moves the last row into the
 hole. Rows are unit length (the embedder normalises), so a dot product is the cosine.
-Design notes (why brute force, the locking): notes/design/recall.md.
+Why brute force, and the locking: docs/design.md, recall.
 """
 
 from __future__ import annotations
