@@ -1,12 +1,15 @@
-"""e2e fixtures: a LAMBO_HOME with the real MiniLM model imported, and how to spawn `lambo`."""
+"""e2e fixtures: a LAMBO_HOME with the real MiniLM model imported, how to spawn `lambo`, and
+the helpers several e2e modules share."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp import Client
 
 from lambo_core.embed.importer import import_model
 from tests.embed_fixtures import minilm_source_dir
@@ -42,3 +45,28 @@ def serve_env(home: Path) -> dict[str, str]:
     env["LAMBO_HOME"] = str(home)
     env["LAMBO_LOG"] = "INFO"
     return env
+
+
+def sitecustomize(where: Path, code: str) -> dict[str, str]:
+    """The environment that makes a serve run ``code`` at start (a sitecustomize in ``where``)."""
+    where.mkdir()
+    (where / "sitecustomize.py").write_text(code)
+    path = os.pathsep.join(filter(None, [str(where), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path}
+
+
+def body(result: Any) -> dict[str, Any]:
+    """A tool result's structured content; the result must not be an error."""
+    assert not result.is_error, result.content
+    return dict(result.structured_content)
+
+
+async def derive(client: Client, content: str) -> str:
+    """Write one logic concept as agent-a; its receipt."""
+    ack = body(
+        await client.call_tool(
+            "lambo_derive",
+            {"agent_id": "agent-a", "concepts": [{"content": content, "concept_type": "logic"}]},
+        )
+    )
+    return str(ack["receipt"])

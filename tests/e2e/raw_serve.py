@@ -1,10 +1,13 @@
-"""A `lambo serve` process spoken to in raw JSON-RPC lines: fast enough for hundreds of calls,
+"""`lambo serve` processes spoken to in raw JSON-RPC lines: fast enough for hundreds of calls,
 and free to close stdin, send a signal or leave requests in flight, as a client may."""
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -81,3 +84,88 @@ class RawServe:
         result = reply["result"]
         assert not result["isError"], result
         return dict(result["structuredContent"])
+
+
+class LoggedServe:
+    """A `lambo serve` of session "shared" whose log goes to ``home/<name>.log``, driven over
+    raw JSON-RPC lines with a deadline on every answer, so the test owns its stdin."""
+
+    def __init__(self, home: Path, name: str, env: dict[str, str] | None = None) -> None:
+        self.log = home / f"{name}.log"
+        self._log_file = self.log.open("wb")
+        self.proc = subprocess.Popen(
+            [*lambo_argv(), "serve", "--session", "shared"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            env={**serve_env(home), **(env or {})},
+            cwd=home,
+        )
+        self._next = 0
+        self._buffer = b""
+
+    def _line(self, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no answer in time; the serve's log:\n{self.log.read_text()}"
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 65536)
+                assert chunk, f"the serve closed its output; its log:\n{self.log.read_text()}"
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._next += 1
+        message = {"jsonrpc": "2.0", "id": self._next, "method": method, "params": params}
+        return self.request_line(json.dumps(message).encode(), self._next)
+
+    def request_line(self, line: bytes, rid: object) -> dict[str, Any]:
+        """Send one raw line (its newline added) and return the answer carrying ``rid``."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        while True:
+            answer = json.loads(self._line(deadline))
+            if answer.get("id") == rid:
+                return dict(answer)
+
+    def handshake(self) -> None:
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "e2e", "version": "0"},
+            },
+        )
+        assert self.proc.stdin is not None
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        self.proc.stdin.write(json.dumps(note).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def stats(self) -> dict[str, Any]:
+        answer = self.request(
+            "tools/call", {"name": "lambo_stats", "arguments": {"agent_id": "agent-a"}}
+        )
+        result = answer["result"]
+        assert not result["isError"], result
+        return dict(result["structuredContent"])
+
+    def wait_for_log(self, text: str, within: float) -> None:
+        deadline = time.monotonic() + within
+        while text not in self.log.read_text():
+            assert time.monotonic() < deadline, f"no {text!r} in the log:\n{self.log.read_text()}"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
+        self._log_file.close()

@@ -21,8 +21,8 @@ from lambo_core.hub import HUB_GONE_TEXT, MAX_LINE, socket_name
 from lambo_core.mcp.refusals import INVALID_PARAMS, INVALID_REQUEST, UNKNOWN_TOOL
 from lambo_core.paths import resolve_paths
 from lambo_core.store import SqliteStore
-from tests.e2e.conftest import lambo_argv, serve_env
-from tests.e2e.test_hub_e2e import RawServe
+from tests.e2e.conftest import body, derive, lambo_argv, serve_env, sitecustomize
+from tests.e2e.raw_serve import LoggedServe
 
 SESSION = "shared"
 
@@ -70,13 +70,6 @@ def runtime_dirs() -> Iterator[tuple[Path, Path]]:
         shutil.rmtree(b, ignore_errors=True)
 
 
-def sitecustomize(where: Path, code: str) -> dict[str, str]:
-    where.mkdir()
-    (where / "sitecustomize.py").write_text(code)
-    path = os.pathsep.join(filter(None, [str(where), os.environ.get("PYTHONPATH")]))
-    return {"PYTHONPATH": path}
-
-
 def params(home: Path, env: dict[str, str], *, xdg: Path | None) -> StdioServerParameters:
     argv = lambo_argv()
     environment = {**serve_env(home), **env}
@@ -91,23 +84,8 @@ def params(home: Path, env: dict[str, str], *, xdg: Path | None) -> StdioServerP
     )
 
 
-def body(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return dict(result.structured_content)
-
-
 def text_of(result: Any) -> str:
     return str(result.content[0].text)
-
-
-async def derive(client: Client, content: str) -> str:
-    ack = body(
-        await client.call_tool(
-            "lambo_derive",
-            {"agent_id": "agent-a", "concepts": [{"content": content, "concept_type": "logic"}]},
-        )
-    )
-    return str(ack["receipt"])
 
 
 async def receipt_state(client: Client, receipt: str, wait_ms: int = 30_000) -> dict[str, Any]:
@@ -247,12 +225,12 @@ def test_refusals_read_the_same_through_a_forwarder_and_the_hub_socket_as_on_std
     dir_a, dir_b = runtime_dirs
     lambo_home.mkdir(parents=True, exist_ok=True)  # no model: refusals need none
     db = resolve_paths(serve_env(lambo_home)).default_store
-    hub = RawServe(lambo_home, "hub", {"XDG_RUNTIME_DIR": str(dir_a)})
-    newer: RawServe | None = None
+    hub = LoggedServe(lambo_home, "hub", {"XDG_RUNTIME_DIR": str(dir_a)})
+    newer: LoggedServe | None = None
     try:
         hub.handshake()
         hub_pid = hub.stats()["holder_pid"]
-        newer = RawServe(
+        newer = LoggedServe(
             lambo_home,
             "newer",
             {**sitecustomize(tmp_path / "future", FUTURE_TOOL), "XDG_RUNTIME_DIR": str(dir_b)},

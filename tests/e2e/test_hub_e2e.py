@@ -6,12 +6,12 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.conftest import lambo_argv, serve_env
+from tests.e2e.conftest import body, derive, lambo_argv, serve_env, sitecustomize
+from tests.e2e.raw_serve import LoggedServe
 
 
 def params(home: Path) -> StdioServerParameters:
@@ -22,21 +22,6 @@ def params(home: Path) -> StdioServerParameters:
         env=serve_env(home),
         cwd=str(home),
     )
-
-
-def body(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return dict(result.structured_content)
-
-
-async def derive(client: Client, content: str) -> str:
-    ack = body(
-        await client.call_tool(
-            "lambo_derive",
-            {"agent_id": "agent-a", "concepts": [{"content": content, "concept_type": "logic"}]},
-        )
-    )
-    return str(ack["receipt"])
 
 
 def test_forwarding_read_your_writes_and_takeover(served_home: Path) -> None:
@@ -62,7 +47,7 @@ def test_forwarding_read_your_writes_and_takeover(served_home: Path) -> None:
                 os.kill(hub["holder_pid"], signal.SIGKILL)
 
                 # The forwarder answers the clear error, then takes the session over.
-                started = time.monotonic()
+                started = time.monotonic()  # a bound for a stuck takeover, not a target
                 errors = 0
                 while True:
                     result = await second.call_tool("lambo_stats", {"agent_id": "agent-a"})
@@ -72,7 +57,7 @@ def test_forwarding_read_your_writes_and_takeover(served_home: Path) -> None:
                     text = result.content[0].text  # type: ignore[union-attr]
                     assert "nothing was read and nothing was written" in text, text
                     assert "returns once a lambo serve holds the session" in text
-                    assert time.monotonic() - started < 10
+                    assert time.monotonic() - started < TAKEOVER_BOUND_S
                     await anyio.sleep(0.2)
                 took_over = body(result)
                 assert took_over["holder_pid"] != hub["holder_pid"]
@@ -216,152 +201,60 @@ def test_a_reservation_through_a_forwarder_is_a_conflict_line_on_the_hub(
 # --------------------------------------------------------------------------- shutdown
 
 
-class RawServe:
-    """A `lambo serve` driven over raw JSON-RPC lines, so the test owns its stdin."""
+#: how long a takeover may take before the test calls it stuck (a hang guard, far above the
+#: medians tests/bench/takeover.py prints; the lease TTL is 45 s)
+TAKEOVER_BOUND_S = 30.0
+TAKEOVER_BY_DEATH = "which no longer runs on this host; taking the lease over"
 
-    def __init__(self, home: Path, name: str, env: dict[str, str] | None = None) -> None:
-        import subprocess
-
-        self.log = home / f"{name}.log"
-        self._log_file = self.log.open("wb")
-        self.proc = subprocess.Popen(
-            [*lambo_argv(), "serve", "--session", "shared"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log_file,
-            env={**serve_env(home), **(env or {})},
-            cwd=home,
-        )
-        self._next = 0
-        self._buffer = b""
-
-    def _line(self, deadline: float) -> bytes:
-        import select
-
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            assert left > 0, f"no answer in time; the serve's log:\n{self.log.read_text()}"
-            if select.select([fd], [], [], left)[0]:
-                chunk = os.read(fd, 65536)
-                assert chunk, f"the serve closed its output; its log:\n{self.log.read_text()}"
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
-
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        import json
-
-        self._next += 1
-        message = {"jsonrpc": "2.0", "id": self._next, "method": method, "params": params}
-        return self.request_line(json.dumps(message).encode(), self._next)
-
-    def request_line(self, line: bytes, rid: object) -> dict[str, Any]:
-        """Send one raw line (its newline added) and return the answer carrying ``rid``."""
-        import json
-
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + b"\n")
-        self.proc.stdin.flush()
-        deadline = time.monotonic() + 60
-        while True:
-            answer = json.loads(self._line(deadline))
-            if answer.get("id") == rid:
-                return dict(answer)
-
-    def handshake(self) -> None:
-        import json
-
-        self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "e2e", "version": "0"},
-            },
-        )
-        assert self.proc.stdin is not None
-        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        self.proc.stdin.write(json.dumps(note).encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def stats(self) -> dict[str, Any]:
-        answer = self.request(
-            "tools/call", {"name": "lambo_stats", "arguments": {"agent_id": "agent-a"}}
-        )
-        result = answer["result"]
-        assert not result["isError"], result
-        return dict(result["structuredContent"])
-
-    def wait_for_log(self, text: str, within: float) -> None:
-        deadline = time.monotonic() + within
-        while text not in self.log.read_text():
-            assert time.monotonic() < deadline, f"no {text!r} in the log:\n{self.log.read_text()}"
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None and not stream.closed:
-                stream.close()
-        self._log_file.close()
-
-
-SLOW_MODEL_LOAD = """
-import sys, time
+# Says in the serve's log when a model load starts, so a test can tell an unasked takeover
+# (which opens the session and loads the model) from none.
+MODEL_LOAD_MARKER = """
+import sys
 import lambo_core.embed.loader as loader
 
 _load = loader.LazyEmbedder._run
 
-def _slow_load(self):
-    time.sleep(30)
+def _marked_load(self):
+    print("e2e: a model load started", file=sys.stderr, flush=True)
     _load(self)
 
-loader.LazyEmbedder._run = _slow_load
-print("e2e: every model load in this process takes 30 s longer", file=sys.stderr, flush=True)
+loader.LazyEmbedder._run = _marked_load
 """
 
 
 def test_a_forwarder_whose_hub_was_killed_exits_promptly_when_its_client_leaves(
     served_home: Path, tmp_path: Path
 ) -> None:
-    """SIGKILL the hub, then close the forwarder's stdin: it exits at once, because no call
-    asked it to take the session over (which would open the session and start loading the
-    model, and a serve lets a model load finish before it exits, up to 15 s). Model loads
-    are made slow (as a large model or a first run of the .pyz makes them) so that an
-    unasked takeover would show in the time, not only in the log and the lease."""
+    """SIGKILL the hub, let the forwarder's election decline the session, then close its
+    stdin: it exits without taking the session over, because no call asked it to (a
+    takeover would open the session and load the model, and a serve lets a model load
+    finish before it exits). The lease, still the dead hub's, and the log, with no model
+    load, show it; how long the exit takes is tests/bench/takeover.py's."""
     from lambo_core.paths import resolve_paths
     from lambo_core.store import SqliteStore
 
-    slow = tmp_path / "slow-model-load"
-    slow.mkdir()
-    (slow / "sitecustomize.py").write_text(SLOW_MODEL_LOAD)
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(slow), os.environ.get("PYTHONPATH")]))}
-    hub = RawServe(served_home, "hub", env)
-    forwarder: RawServe | None = None
+    env = sitecustomize(tmp_path / "marked-model-load", MODEL_LOAD_MARKER)
+    hub = LoggedServe(served_home, "hub", env)
+    forwarder: LoggedServe | None = None
     try:
         hub.handshake()
         hub_pid = hub.stats()["holder_pid"]
-        assert "every model load in this process takes 30 s longer" in hub.log.read_text()
-        forwarder = RawServe(served_home, "forwarder", env)
+        hub.wait_for_log("e2e: a model load started", within=TAKEOVER_BOUND_S)
+        forwarder = LoggedServe(served_home, "forwarder", env)
         forwarder.handshake()
         assert forwarder.stats()["holder_pid"] == hub_pid  # answered through the hub
         os.kill(hub_pid, signal.SIGKILL)
         hub.proc.wait()
-        forwarder.wait_for_log("is gone; electing a new one", within=5.0)
-        time.sleep(0.5)  # room for a takeover to start, were one to start unasked
+        forwarder.wait_for_log("is gone; electing a new one", within=TAKEOVER_BOUND_S)
+        # an election round looked at the dead hub's lease and left it: no call asked
+        forwarder.wait_for_log("takes the session over when a call needs it", TAKEOVER_BOUND_S)
         assert forwarder.proc.stdin is not None
-        left = time.monotonic()
         forwarder.proc.stdin.close()
-        code = forwarder.proc.wait(timeout=30)
-        took = time.monotonic() - left
-        print(f"the forwarder exited {took:.2f} s after its stdin closed")
-        assert code == 0, forwarder.log.read_text()
-        assert took < 5.0, forwarder.log.read_text()
-        assert "holding session" not in forwarder.log.read_text()
+        code = forwarder.proc.wait(timeout=TAKEOVER_BOUND_S)
+        log = forwarder.log.read_text()
+        assert code == 0, log
+        assert "holding session" not in log and TAKEOVER_BY_DEATH not in log
+        assert "e2e: a model load started" not in log
         # the lease is still the dead hub's: the next serve takes it over at once
         store = SqliteStore(resolve_paths(serve_env(served_home)).default_store)
         try:
@@ -375,21 +268,24 @@ def test_a_forwarder_whose_hub_was_killed_exits_promptly_when_its_client_leaves(
         hub.stop()
 
 
-def test_a_call_after_the_hub_was_killed_is_served_by_a_takeover_within_two_seconds(
+def test_a_call_after_the_hub_was_killed_is_served_by_taking_the_dead_holders_lease(
     served_home: Path,
 ) -> None:
-    hub = RawServe(served_home, "hub")
-    forwarder: RawServe | None = None
+    """The first calls get the clear error; then the forwarder serves as the new hub,
+    having taken the lease by the rule for a dead local holder (not by waiting out its
+    45 s TTL). The takeover's latency is tests/bench/takeover.py's."""
+    hub = LoggedServe(served_home, "hub")
+    forwarder: LoggedServe | None = None
     try:
         hub.handshake()
         hub_pid = hub.stats()["holder_pid"]
-        forwarder = RawServe(served_home, "forwarder")
+        forwarder = LoggedServe(served_home, "forwarder")
         forwarder.handshake()
         assert forwarder.stats()["holder_pid"] == hub_pid
         os.kill(hub_pid, signal.SIGKILL)
         hub.proc.wait()
-        forwarder.wait_for_log("is gone; electing a new one", within=5.0)
-        asked = time.monotonic()
+        forwarder.wait_for_log("is gone; electing a new one", within=TAKEOVER_BOUND_S)
+        asked = time.monotonic()  # a bound for a stuck takeover, not a target
         while True:
             answer = forwarder.request(
                 "tools/call", {"name": "lambo_stats", "arguments": {"agent_id": "agent-a"}}
@@ -398,12 +294,10 @@ def test_a_call_after_the_hub_was_killed_is_served_by_a_takeover_within_two_seco
             if not result["isError"]:
                 break
             assert "nothing was read and nothing was written" in result["content"][0]["text"]
-            assert time.monotonic() - asked < 2.0, forwarder.log.read_text()
-            time.sleep(0.1)
-        took = time.monotonic() - asked
-        print(f"the forwarder answered as the new hub {took:.2f} s after the first call")
+            assert time.monotonic() - asked < TAKEOVER_BOUND_S, forwarder.log.read_text()
+            time.sleep(0.1)  # the next poll
         assert result["structuredContent"]["holder_pid"] == forwarder.proc.pid
-        assert took < 2.0
+        assert TAKEOVER_BY_DEATH in forwarder.log.read_text()
     finally:
         if forwarder is not None:
             forwarder.stop()

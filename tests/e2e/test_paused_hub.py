@@ -30,8 +30,7 @@ import pytest
 
 from lambo_core.hub import HUB_GONE_TEXT, HUB_SILENT_TEXT, LEASE_LOST_CALL_TEXT
 from lambo_core.paths import resolve_paths
-from tests.e2e.conftest import lambo_argv, serve_env
-from tests.e2e.test_forwarding import sitecustomize
+from tests.e2e.conftest import lambo_argv, serve_env, sitecustomize
 
 SESSION = "paused"
 LEASE_TTL_S = 3.0
@@ -60,8 +59,9 @@ AUDIT = """
 import os, sys, time
 from contextlib import contextmanager
 from lambo_core.store.sqlite import SqliteStore
+from lambo_core.store.sqlite_connection import Connections
 
-_write = SqliteStore._write
+_write = Connections.write
 _log = os.path.join(os.environ["LAMBO_E2E_AUDIT"], f"{os.getpid()}.log")
 
 @contextmanager
@@ -77,7 +77,7 @@ def _audited(self, *args, **kwargs):
             with open(_log, "a") as fh:
                 fh.write(f"{os.getpid()} {row[0]} {row[1]} {row[2]!r} {time.time()!r}\\n")
 
-SqliteStore._write = _audited
+Connections.write = _audited
 
 _gate = os.environ.get("LAMBO_E2E_APPLY_GATE")
 if _gate:
@@ -243,6 +243,68 @@ def _until_hub(serve: Serve, not_pid: int) -> dict[str, Any]:
     raise AssertionError("no other hub answered")
 
 
+def _write_until_taken_over(forwarders: list[Serve], old_pid: int, acked: dict[str, str]) -> int:
+    """Each forwarder's client writes (and adds what was acked to ``acked``) until a hub
+    other than ``old_pid`` answers it; how many writes were refused on the way."""
+    errors: list[BaseException] = []
+    refused = [0] * len(forwarders)
+
+    def keep_calling(i: int, f: Serve) -> None:
+        try:
+            n = 0
+            while True:
+                n += 1
+                receipt = f.derive(f"written during the pause by client {i} number {n}")
+                if receipt is None:
+                    refused[i] += 1
+                    continue
+                acked[receipt] = f"written during the pause by client {i} number {n}"
+                seen = f.stats()
+                if seen is not None and seen["holder_pid"] != old_pid:
+                    return
+        except BaseException as exc:  # the main thread re-raises it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=keep_calling, args=(i, f)) for i, f in enumerate(forwarders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(DEADLINE_S)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads)
+    return sum(refused)
+
+
+def _assert_each_recalled_once(live: Serve, acked: dict[str, str]) -> None:
+    for receipt, content in acked.items():
+        state = live.stats(receipt=receipt, wait_ms=20_000)
+        assert state is not None
+        assert state["receipt"]["state"] in {"applied", "applied_after_restart"}, state
+        found = live.call("lambo_recall", {"agent_id": "agent-a", "query": content})
+        assert not found["isError"], found
+        hits = [h["content"] for h in found["structuredContent"]["hits"]]
+        assert hits.count(content) == 1, (content, hits)
+
+
+def _concept_counts_and_pending(db: Path) -> tuple[dict[str, int], int]:
+    """The session's concepts by content (how many of each) and its pending intents."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        counts = dict(
+            conn.execute(
+                "SELECT content, COUNT(*) FROM concepts WHERE session = ? GROUP BY content",
+                (SESSION,),
+            ).fetchall()
+        )
+        pending = conn.execute(
+            "SELECT COUNT(*) FROM write_intents WHERE session = ? AND state = 'pending'",
+            (SESSION,),
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    return counts, int(pending)
+
+
 def test_a_hub_paused_past_its_lease_is_fenced_out_and_loses_no_acked_write(
     lambo_home: Path, tmp_path: Path, runtime_dir: Path
 ) -> None:
@@ -301,35 +363,8 @@ def test_a_hub_paused_past_its_lease_is_fenced_out_and_loses_no_acked_write(
 
         # Three clients keep calling through their serves: every call answers (the clear
         # error while nobody holds the session), until one serve has taken it over.
-        errors: list[BaseException] = []
-        refused = [0, 0, 0]
-
-        def keep_calling(i: int, f: Serve) -> None:
-            try:
-                n = 0
-                while True:
-                    n += 1
-                    receipt = f.derive(f"written during the pause by client {i} number {n}")
-                    if receipt is None:
-                        refused[i] += 1
-                        continue
-                    acked[receipt] = f"written during the pause by client {i} number {n}"
-                    seen = f.stats()
-                    if seen is not None and seen["holder_pid"] != old_pid:
-                        return
-            except BaseException as exc:  # the main thread re-raises it
-                errors.append(exc)
-
-        threads = [
-            threading.Thread(target=keep_calling, args=(i, f)) for i, f in enumerate(forwarders)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(DEADLINE_S)
-        assert not errors, errors
-        assert not any(t.is_alive() for t in threads)
-        assert sum(refused) >= 1  # the pause was seen, and answered, not hung on
+        refused = _write_until_taken_over(forwarders, old_pid, acked)
+        assert refused >= 1  # the pause was seen, and answered, not hung on
         new_pid, new_token = _lease(db)
         assert new_pid != old_pid and new_token > old_token
         assert new_pid in {f.proc.pid for f in forwarders}
@@ -361,28 +396,8 @@ def test_a_hub_paused_past_its_lease_is_fenced_out_and_loses_no_acked_write(
 
         # Every acked write recallable through the live hub, exactly once.
         live = next(f for f in forwarders if f.proc.pid == new_pid)
-        for receipt, content in acked.items():
-            state = live.stats(receipt=receipt, wait_ms=20_000)
-            assert state is not None
-            assert state["receipt"]["state"] in {"applied", "applied_after_restart"}, state
-            found = live.call("lambo_recall", {"agent_id": "agent-a", "query": content})
-            assert not found["isError"], found
-            hits = [h["content"] for h in found["structuredContent"]["hits"]]
-            assert hits.count(content) == 1, (content, hits)
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            counts = dict(
-                conn.execute(
-                    "SELECT content, COUNT(*) FROM concepts WHERE session = ? GROUP BY content",
-                    (SESSION,),
-                ).fetchall()
-            )
-            pending = conn.execute(
-                "SELECT COUNT(*) FROM write_intents WHERE session = ? AND state = 'pending'",
-                (SESSION,),
-            ).fetchone()[0]
-        finally:
-            conn.close()
+        _assert_each_recalled_once(live, acked)
+        counts, pending = _concept_counts_and_pending(db)
         assert sorted(counts) == sorted(acked.values())
         assert set(counts.values()) == {1}
         assert pending == 0
