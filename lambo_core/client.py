@@ -1,21 +1,9 @@
 """Tool calls from a shell command: forwarded to the session's hub, or served locally.
 
-When a serve holds the session, the CLI forwards to it, so a CLI write is
-neither refused nor a second writer and `lambo stats` shows the writer's real
-figures. Otherwise the CLI takes the session lease itself, opens the session,
-answers its calls, waits for every write it admitted to be applied (or to fail),
-and gives the lease back.
-
-A serve that holds the lease but is not answering on its socket yet (a hub
-still opening the session, or another one-shot command using it) is waited
-for, up to ``HUB_START_WAIT_S``, polling its lease record and socket; a lease
-that comes free meanwhile is taken. Only then does the command refuse, saying
-which of those it found.
-
-What the command may do alone depends on the call: a write creates the
-session on its first write; a read refuses a session the store does not have
-(and creates nothing: no session row, no store file); a lock is only ever
-taken through a serve, since it lives as long as the process that holds it.
+With a serve holding the session the command forwards to it; otherwise it takes the
+lease, answers the call itself, waits for the writes it admitted and gives the lease
+back. A holder that does not answer yet is waited for up to ``HUB_START_WAIT_S``.
+Spec: "More than one client on one machine".
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""lambo_reserve: advisory soft locks on a session's concepts, held in RAM.
+"""lambo_reserve: advisory soft locks on a session's concepts, held in this process's RAM.
 
-Spec: lambo_reserve, "How agent_id is used", Errors ("A lock another agent
-holds") and Limits (reservation TTL 3600 s).
-
-- A lock is keyed by node id and held under the caller's agent_id until an
-  expiry read from the session's clock. Locks live in this process only: they
-  are advisory and do not survive a restart.
-- ttl_seconds is 1..=3600 (default 30). Reserving a node the same agent_id
-  already holds extends the lock (never shortens it); callers sending the same
-  agent_id share one lock and can release each other's.
-- Reserving or releasing a node another agent_id holds is refused as a
-  conflict that names the holder and the expiry, and says nothing was
-  reserved or released. Releasing a node nobody holds is a plain success that
-  says it was not held.
-- node_id must be a full hyphenated node id of a concept of this session;
-  a short id, text, an interaction's id or an unknown id is refused by name.
-  A lock the caller holds on a concept removed since can still be released.
-
-``LockTable.holder`` answers who holds a node now, for the conflict lines a
-recall renders.
+``LockTable`` keys each lock by node id under the caller's agent_id, with an expiry
+read from the session's clock; ``holder`` tells a recall whose lock a node is under.
+Spec: lambo_reserve, Errors ("A lock another agent holds"), Limits.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """`lambo serve`: hold a session (or forward to the serve that does) and answer MCP over stdio.
 
-The first serve of a session and store takes the session lease and is its hub:
-the only writer, the only process that loads the embedding model. Every later
-serve forwards each tool call to the hub over a private Unix socket; if the
-hub dies, a forwarder takes the lease over and becomes the hub as soon as a
-call needs it (``hub.py``), so one whose client is leaving exits at once.
-
-The handshake and ``tools/list`` answer at once: the election, opening the
-session and loading the model all run in the background, and a tool call
-waits only for the election (writes wait for the model on their receipts).
+The first serve of a session is its hub, the only writer and the only model load; later
+ones forward to it and take over once it is gone and a call needs it (``hub``). The
+handshake and ``tools/list`` answer at once: the election, opening the session and the
+model load run in the background. Spec: Transports, "More than one client on one machine".
 """
 
 from __future__ import annotations
@@ -27,9 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
 
 from .clock import SystemClock
 from .config import Config
@@ -38,7 +31,9 @@ from .embed.loader import LoadedModels
 from .errors import ConfigError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
 from .mcp.refusals import ProtocolRefusal
+from .mcp.relay import Outstanding, serve_connection
 from .mcp.server import build_server
+from .mcp.stdio import bounded_stdio_server
 from .scoring import start_summary_warm
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
@@ -312,8 +307,6 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
     hears it settle intent_durable. Returns the Serve, whose ``unfinished`` tells the
     caller how the process may exit.
     """
-    from .mcp.stdio import bounded_stdio_server
-
     serve = Serve(config, options)
     server = build_server(options.session, serve, tool_names)
     stop = anyio.Event()
@@ -322,42 +315,38 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
         # session in a thread, which must finish before the serve can close cleanly.
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve.start)
-            async with bounded_stdio_server() as (read_stream, write_stream):
-                outstanding = _Outstanding()
-                to_server, server_in = anyio.create_memory_object_stream[Any](0)
-                server_out, from_server = anyio.create_memory_object_stream[Any](0)
-                async with anyio.create_task_group() as conn:
-                    conn.start_soon(_stop_on_signal, stop)
-                    conn.start_soon(_relay_in, read_stream, to_server, outstanding, stop)
-                    conn.start_soon(_relay_out, from_server, write_stream, outstanding)
-                    conn.start_soon(
-                        server.run, server_in, server_out, server.create_initialization_options()
-                    )
-                    await stop.wait()
-                    # The whole stop, answers included, stays inside the one budget.
-                    ends = time.monotonic() + serve.budget_s
-
-                    # a small budget keeps most of itself for the service's stop
-                    answer_grace = min(ANSWER_GRACE_S, serve.budget_s / 4)
-
-                    def grace() -> float:
-                        return max(0.0, min(answer_grace, ends - time.monotonic()))
-
-                    with anyio.CancelScope(shield=True):
-                        if serve.hub.role == "forwarder":
-                            # Its calls are answered by the hub: let them come back first.
-                            with anyio.move_on_after(grace()):
-                                await outstanding.drained()
-                        await serve.stop(max(0.0, ends - time.monotonic() - answer_grace))
-                        # A hub's calls in flight have their outcome now (a wait on a
-                        # receipt heard it settle): let them be answered before the end.
-                        with anyio.move_on_after(grace()):
-                            await outstanding.drained()
-                    conn.cancel_scope.cancel()
+            async with (
+                bounded_stdio_server() as (read_stream, write_stream),
+                anyio.create_task_group() as signals,
+            ):
+                signals.start_soon(_stop_on_signal, stop)
+                await serve_connection(
+                    server, read_stream, write_stream, stop, partial(_stop_answering, serve)
+                )
+                signals.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await serve.close()
     return serve
+
+
+async def _stop_answering(serve: Serve, outstanding: Outstanding) -> None:
+    """Stop the serve inside its one budget, answers included: a forwarder's calls come
+    back from the hub first; a hub's calls in flight are answered once the stop has given
+    them their outcome (a wait on a receipt hears it settle)."""
+    ends = time.monotonic() + serve.budget_s
+    # a small budget keeps most of itself for the service's stop
+    answer_grace = min(ANSWER_GRACE_S, serve.budget_s / 4)
+
+    def grace() -> float:
+        return max(0.0, min(answer_grace, ends - time.monotonic()))
+
+    if serve.hub.role == "forwarder":
+        with anyio.move_on_after(grace()):
+            await outstanding.drained()
+    await serve.stop(max(0.0, ends - time.monotonic() - answer_grace))
+    with anyio.move_on_after(grace()):
+        await outstanding.drained()
 
 
 def run_stdio(config: Config, options: ServeOptions) -> None:
@@ -402,47 +391,3 @@ async def _stop_on_signal(stop: anyio.Event) -> None:
             if not stop.is_set():
                 log.info("%s: stopping cleanly", signal.Signals(signum).name)
                 stop.set()
-
-
-class _Outstanding:
-    """Ids of the client's requests not answered yet, so a stop can let them be answered."""
-
-    def __init__(self) -> None:
-        self._ids: set[object] = set()
-        self._none = anyio.Event()
-        self._none.set()
-
-    def asked(self, message: Any) -> None:
-        if isinstance(message, types.JSONRPCRequest):
-            self._ids.add(message.id)
-            self._none = anyio.Event() if self._none.is_set() else self._none
-
-    def answered(self, message: Any) -> None:
-        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
-            self._ids.discard(message.id)
-            if not self._ids:
-                self._none.set()
-
-    async def drained(self) -> None:
-        await self._none.wait()
-
-
-async def _relay_in(source: Any, sink: Any, outstanding: _Outstanding, stop: anyio.Event) -> None:
-    """Client messages to the server; at the end of input ask for the stop, but keep the
-    server's input open, so the calls in flight are still answered while the stop runs."""
-    async with source:
-        async for item in source:
-            if isinstance(item, SessionMessage):
-                outstanding.asked(item.message)
-            try:
-                await sink.send(item)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
-    stop.set()
-
-
-async def _relay_out(source: Any, sink: Any, outstanding: _Outstanding) -> None:
-    async with source, sink:
-        async for item in source:
-            await sink.send(item)
-            outstanding.answered(item.message)

@@ -1,10 +1,9 @@
 """Refusals answered as JSON-RPC errors (not tool results), one text each.
 
-A request refused before any tool runs (an unknown tool, a line over the
-size limit, a line that is not a request) gets a JSON-RPC error. Stdio
-(``stdio.py``, ``server.py``) and the hub socket (``hub.server``) answer these
-with the same code and the same text, so a client forwarded through another
-serve sees exactly what a client of the hub's own stdio sees.
+A request refused before any tool runs (an unknown tool, a line over the size limit,
+a line that is not a request) gets the same code and text on stdio (``stdio``,
+``server``) and on the hub socket (``hub.server``), so a forwarded client sees what
+the hub's own client sees. Spec: Errors, Limits.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The published face of the tools: input schemas, descriptions, server instructions.
 
-The schemas carry every bound the spec's Limits table sets (maxLength on every
-string, enums, minimum/maximum, ``additionalProperties: false``) so a client
-that validates can catch a bad value before sending it. lambo validates every
-call itself anyway (the low-level SDK server does not), in the spec's order
-and with its texts; the schemas are a courtesy, never the check.
+The schemas carry the Limits table's bounds so a client that validates can catch a
+bad value early; lambo checks every call itself anyway (``args``), in the spec's order
+and words. Spec: Tools, Limits, "How the server introduces itself".
 """
 
 from __future__ import annotations
