@@ -111,13 +111,12 @@ def main() -> None:
         print(json.dumps(figures))
         return
     print(f"takeover, {args.runs} runs (load {os.getloadavg()[0]:.2f})")
-    print(f"  kill -> served as the new hub: median {figures['served_after_kill_median_s']:.3f} s,")
-    print(f"    max {figures['served_after_kill_max_s']:.3f} s")
-    print(
-        f"  stdin closed -> forwarder exited: median "
-        f"{figures['exit_after_client_left_median_s']:.3f} s, "
-        f"max {figures['exit_after_client_left_max_s']:.3f} s"
-    )
+    for label, key in (
+        ("kill -> served as the new hub", "served_after_kill"),
+        ("stdin closed -> forwarder exited", "exit_after_client_left"),
+    ):
+        median, most = figures[f"{key}_median_s"], figures[f"{key}_max_s"]
+        print(f"  {label}: median {median:.3f} s, max {most:.3f} s")
 
 
 if __name__ == "__main__":
