@@ -117,7 +117,7 @@ class EdgeView:
     candidates per recall that way cost most of the recall. This holds the per-type
     dicts once per view and keeps each concept's summary in ``summaries`` (the
     session index's, or the view's own) until an edge of that concept changes.
-    Use it under the index lock, or on the writer thread.
+    With the index's summaries, use it under the index lock.
     """
 
     def __init__(self, graph: SessionGraph, summaries: EdgeSummaries | None = None) -> None:
@@ -133,11 +133,12 @@ class EdgeView:
     def summary(self, node_id: str) -> EdgeSummary:
         """(edge count, edge bonus, latest edge time, interactions that touched it)."""
         stamp = self.graph.edge_stamp(node_id)
-        found = self.summaries.get(node_id, stamp)
-        if found is None:
-            found = self.summarize(node_id)
-            self.summaries.put(node_id, stamp, found)
-        return found
+        found = self.summaries.get(node_id)
+        if found is not None and found[0] == stamp:
+            return found[1]
+        summary = self.summarize(node_id)
+        self.summaries.keep(node_id, stamp, summary)
+        return summary
 
     def summarize(self, node_id: str) -> EdgeSummary:
         """The summary taken afresh from the adjacency."""
@@ -164,6 +165,7 @@ class EdgeView:
 
 WARM_MIN = 5_000  # a smaller session summarises its candidates as recall meets them
 WARM_CHUNK = 500  # concepts summarised per hold of the index lock
+BULK_CHUNK = 2_000  # concepts bulk_scores reads per hold of the index lock
 
 
 def start_summary_warm(index: SessionIndex) -> threading.Thread | None:
@@ -179,14 +181,16 @@ def start_summary_warm(index: SessionIndex) -> threading.Thread | None:
     thread = threading.Thread(
         target=warm_summaries, args=(index,), name="lambo-summary-warm", daemon=True
     )
-    index.summaries.warming = thread
+    with index.lock:
+        index.summaries.warming = thread
     thread.start()
     return thread
 
 
 def wait_for_summaries(index: SessionIndex, timeout: float) -> bool:
     """Wait for the background summaries (benchmarks measure the steady state)."""
-    thread = index.summaries.warming
+    with index.lock:
+        thread = index.summaries.warming
     if thread is not None:
         thread.join(timeout)
     return thread is None or not thread.is_alive()
@@ -199,8 +203,8 @@ def warm_summaries(index: SessionIndex) -> int:
     waits for one chunk at most, and every summary is read from a graph no one is
     changing.
     """
-    summaries = index.summaries
     with index.lock:
+        summaries = index.summaries
         node_ids = index.graph.concept_ids()
     done = 0
     for start in range(0, len(node_ids), WARM_CHUNK):
@@ -211,9 +215,10 @@ def warm_summaries(index: SessionIndex) -> int:
                 if summaries.full():
                     return done
                 stamp = graph.edge_stamp(node_id)
-                if node_id not in graph or summaries.get(node_id, stamp) is not None:
+                found = summaries.get(node_id)
+                if node_id not in graph or (found is not None and found[0] == stamp):
                     continue
-                summaries.put(node_id, stamp, view.summarize(node_id))
+                summaries.keep(node_id, stamp, view.summarize(node_id))
                 done += 1
     return done
 
@@ -261,7 +266,8 @@ def bulk_scores(
     come from the same per-concept cache recall reads (warmed in the
     background for a large session). Returns (scores, the session's highest
     degree, its interaction count), the session-wide terms the scores were
-    taken with. The caller holds the index lock or is the writer thread.
+    taken with. The caller holds the index lock or is the writer thread; the
+    summaries are read ``BULK_CHUNK`` concepts per hold of the lock.
     """
     ids = graph.concept_ids()
     if not ids:
@@ -271,13 +277,16 @@ def bulk_scores(
     n = len(ids)
     count, bonus, last, touched = (np.empty(n) for _ in range(4))
     created, accessed, offset = (np.empty(n) for _ in range(3))
-    for i, node_id in enumerate(ids):
-        concept = graph.concept(node_id)
-        assert concept is not None
-        count[i], bonus[i], last[i], touched[i] = view.summary(node_id)
-        created[i] = concept.created_at
-        accessed[i] = concept.access_count + pending.get(node_id, 0)
-        offset[i] = TYPE_OFFSET[concept.concept_type]
+    for start in range(0, n, BULK_CHUNK):
+        # the summaries are the index's, guarded by its lock (re-entered if the caller holds it)
+        with session.index.lock:
+            for i in range(start, min(n, start + BULK_CHUNK)):
+                concept = graph.concept(ids[i])
+                assert concept is not None
+                count[i], bonus[i], last[i], touched[i] = view.summary(ids[i])
+                created[i] = concept.created_at
+                accessed[i] = concept.access_count + pending.get(ids[i], 0)
+                offset[i] = TYPE_OFFSET[concept.concept_type]
     max_degree = int(count.max())
     interactions = graph.interaction_count
     age = np.maximum(0.0, now - np.maximum(last, created))

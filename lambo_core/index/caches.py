@@ -1,8 +1,8 @@
 """Caches a session's index owns: recall's leg results and each concept's edge summary.
 
-Both are created with their ``SessionIndex`` and go with it; each has its own lock, so
-a reader without the index lock (recall's legs, the summary warm-up between its
-chunks) never meets a half-updated dict.
+Both are created with their ``SessionIndex`` and go with it. The leg cache has a lock of
+its own (recall's legs run without the index lock); the edge summaries are read and
+written only under the index lock, so a lookup on the scoring path is a plain dict get.
 """
 
 from __future__ import annotations
@@ -57,35 +57,25 @@ class LegCache:
                 self._entries.popitem(last=False)
 
 
-class EdgeSummaries:
-    """Each concept's edge summary, valid while the graph's edge stamp for it holds.
+class EdgeSummaries(dict[str, tuple[int, EdgeSummary]]):
+    """node id -> (the graph's edge stamp for it then, its edge summary).
 
-    A write elsewhere in the session leaves a summary valid, so a concept seen
-    before is scored with one lookup. New concepts stop being added at
-    ``capacity``; ones already held are still refreshed. ``warming`` is the
-    background thread filling a large session's summaries, if one was started.
+    A summary is valid while the stamp holds: a write elsewhere in the session leaves
+    it valid, so a concept seen before is scored with one lookup (a plain dict get on
+    the scoring path). New concepts stop being added at ``capacity``; ones already
+    held are still refreshed. ``warming`` is the background thread filling a large
+    session's summaries, if one was started. The session index's summaries are
+    guarded by its lock: every caller holds it.
     """
 
     def __init__(self, capacity: int = SUMMARY_CACHE_SIZE) -> None:
+        super().__init__()
         self.capacity = capacity
         self.warming: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._kept: dict[str, tuple[int, EdgeSummary]] = {}
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._kept)
 
     def full(self) -> bool:
         return len(self) >= self.capacity
 
-    def get(self, node_id: str, stamp: int) -> EdgeSummary | None:
-        """The summary kept for ``node_id`` if it was taken at ``stamp``, else None."""
-        with self._lock:
-            found = self._kept.get(node_id)
-        return found[1] if found is not None and found[0] == stamp else None
-
-    def put(self, node_id: str, stamp: int, summary: EdgeSummary) -> None:
-        with self._lock:
-            if node_id in self._kept or len(self._kept) < self.capacity:
-                self._kept[node_id] = (stamp, summary)
+    def keep(self, node_id: str, stamp: int, summary: EdgeSummary) -> None:
+        if node_id in self or len(self) < self.capacity:
+            self[node_id] = (stamp, summary)
