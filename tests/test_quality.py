@@ -25,6 +25,6 @@ def test_ruff_format() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_mypy_strict_on_lambo_core() -> None:
-    out = _run("mypy")
+def test_mypy_strict_on_lambo_core_and_checked_on_tests() -> None:
+    out = _run("mypy")  # pyproject: lambo_core strict, tests with check_untyped_defs
     assert out.returncode == 0, out.stdout + out.stderr
