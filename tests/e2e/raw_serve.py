@@ -3,6 +3,7 @@ and free to close stdin, send a signal or leave requests in flight, as a client 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -84,6 +85,16 @@ class RawServe:
         result = reply["result"]
         assert not result["isError"], result
         return dict(result["structuredContent"])
+
+    def close(self) -> None:
+        """Reap the serve (killed if it still runs) and close our ends of its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(60)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    pipe.close()
 
 
 class LoggedServe:

@@ -10,6 +10,7 @@ exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 from pathlib import Path
@@ -50,8 +51,12 @@ def test_sigterm_and_end_of_stdin_hand_queued_writes_on(served_home: Path, tmp_p
     ways = ["sigterm", "eof"] * REPEATS
     for rep, how in enumerate([*ways, "last"]):
         log = tmp_path / f"serve-{rep}.log"
-        with log.open("wb") as err:
-            serve = RawServe(served_home, store_path, session=SESSION, stderr=err)
+        with (
+            log.open("wb") as err,
+            contextlib.closing(
+                RawServe(served_home, store_path, session=SESSION, stderr=err)
+            ) as serve,
+        ):
             # The previous serve's writes, each waited on through its own receipt here.
             for agent, receipt in owed:
                 answer = serve.call(
@@ -155,6 +160,8 @@ def test_a_forwarder_whose_client_leaves_still_answers_its_calls_in_flight(
             assert result["structuredContent"]["receipt"]["state"] in ("pending", "applied")
             assert forwarder.proc.wait(BUDGET_S + 30) == 0
         finally:
+            forwarder.close()
             assert hub.proc.stdin is not None
             hub.proc.stdin.close()
             assert hub.proc.wait(BUDGET_S + 30) == 0
+            hub.close()

@@ -42,6 +42,7 @@ def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) ->
         acked.append(ack["receipt"])
     serve.proc.send_signal(signal.SIGKILL)  # right after the last ack
     serve.proc.wait(10)
+    serve.close()
 
     again = RawServe(served_home, store_path)
     try:
@@ -55,6 +56,7 @@ def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) ->
     finally:
         again.proc.terminate()
         again.proc.wait(30)
+        again.close()
 
     store = SqliteStore(store_path)
     keys = [c.canonical_key for c in store.concepts("crash")]

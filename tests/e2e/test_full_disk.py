@@ -70,6 +70,7 @@ def test_a_full_disk_tells_each_write_what_really_happened(
     assert first.proc.stdin is not None
     first.proc.stdin.close()
     assert first.proc.wait(60) == 0
+    first.close()
 
     limit = file_size_limit(largest_file(store_path) + ROOM)
     serve = RawServe(lambo_home, store_path, session=SESSION, preexec=limit)
@@ -115,6 +116,7 @@ def test_a_full_disk_tells_each_write_what_really_happened(
     assert serve.proc.stdin is not None
     serve.proc.stdin.close()
     assert serve.proc.wait(60) == 0
+    serve.close()
 
     again = RawServe(lambo_home, store_path, session=SESSION)
     try:
@@ -128,6 +130,7 @@ def test_a_full_disk_tells_each_write_what_really_happened(
         assert again.proc.stdin is not None
         again.proc.stdin.close()
         assert again.proc.wait(60) == 0
+        again.close()
 
     store = SqliteStore(store_path)
     try:
