@@ -122,20 +122,22 @@ def run_probe(
     texts: list[str],
     stop: threading.Event,
     budget_s: float = PROBE_BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[float | None, float | None]:
     """(writes/s one at a time, writes/s four at once or None), embedding ``texts`` per write.
 
     Stops early (None for what it did not finish) when ``stop`` is set or the budget is
-    spent; the four-wide round gets what the serial rounds left of the budget.
+    spent; the four-wide round gets what the serial rounds left of the budget. ``clock``
+    (monotonic seconds) is injected by tests.
     """
-    deadline = time.monotonic() + budget_s
+    deadline = clock() + budget_s
     rounds: list[float] = []
     for _ in range(PROBE_ROUNDS):
-        if stop.is_set() or time.monotonic() >= deadline:
+        if stop.is_set() or clock() >= deadline:
             break
-        started = time.monotonic()
+        started = clock()
         embed(texts)
-        rounds.append((time.monotonic() - started) * 1000.0)
+        rounds.append((clock() - started) * 1000.0)
     serial = _median_rate(rounds)
     if serial is None or stop.is_set():
         return serial, None
@@ -145,13 +147,13 @@ def run_probe(
     def one() -> None:
         embed(texts)
         with ends_lock:
-            ends.append(time.monotonic())
+            ends.append(clock())
 
     workers = [
         threading.Thread(target=one, name=f"lambo-probe-{i}", daemon=True)
         for i in range(PROBE_WIDTH)
     ]
-    started = time.monotonic()
+    started = clock()
     for worker in workers:
         worker.start()
     # Joined, never abandoned mid-call: the process must not exit under the embedder.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -81,17 +80,35 @@ def test_run_probe_times_serial_rounds_and_four_at_once() -> None:
     assert len(calls) == PROBE_ROUNDS + 4 and all(c == ["a", "b"] for c in calls)
 
 
+class SteppedClock:
+    """Monotonic seconds that move only when a fake embed says it took time."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._lock = threading.Lock()
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+
 def test_run_probe_stops_early_and_says_what_it_did_not_measure() -> None:
     stop = threading.Event()
     stop.set()
     assert run_probe(lambda texts: None, ["a"], stop) == (None, None)
 
+    clock = SteppedClock()
+
     def slow(texts: list[str]) -> None:
-        time.sleep(0.05)  # one embed outlasts the whole budget (the sleep is the slowness)
+        clock.advance(1.0)  # one embed outlasts the whole budget
 
     # a budget the serial rounds use up: the four-wide figure is not measured
-    serial, wide = run_probe(slow, ["a"], threading.Event(), budget_s=0.01)
-    assert serial is not None and wide is None
+    serial, wide = run_probe(slow, ["a"], threading.Event(), budget_s=0.5, clock=clock)
+    assert serial == 1.0 and wide is None  # one round of one second, then the budget was gone
 
 
 def test_probe_concepts_are_representative() -> None:
