@@ -55,10 +55,10 @@ def log(message: str) -> None:
 
 
 def lambo_version(root: Path = ROOT) -> str:
-    text = (root / "lambo_core" / "__init__.py").read_text()
+    text = (root / "lambo_core" / "version.py").read_text()
     match = re.search(r'^__version__ = "([^"]+)"', text, re.M)
     if not match:
-        raise SystemExit("build_zipapp: no __version__ in lambo_core/__init__.py")
+        raise SystemExit("build_zipapp: no __version__ in lambo_core/version.py")
     return match.group(1)
 
 

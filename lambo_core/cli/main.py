@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from .. import __version__
 from ..log_limits import install_stderr_queue
+from ..version import __version__
 from .canon import canon_group, session_group
 from .common import Context
 from .config import config_group

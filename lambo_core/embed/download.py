@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .. import __version__
 from ..errors import ConfigError, DownloadError, ParameterError
+from ..version import __version__
 from .catalog import CATALOG, CatalogFile, CatalogModel
 from .graph_scan import scan_onnx
 from .install_dir import exclusive, file_hashes, install_dir

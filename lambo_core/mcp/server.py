@@ -17,7 +17,7 @@ import mcp.types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
-from .. import __version__
+from ..version import __version__
 from .refusals import UNKNOWN_TOOL
 from .tools import DESCRIPTIONS, SCHEMAS, instructions
 
