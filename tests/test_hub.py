@@ -49,7 +49,7 @@ from lambo_core.hub.answers import (
     tool_error,
     unavailable_result,
 )
-from lambo_core.hub.lease import parse_holder, pid_running
+from lambo_core.hub.lease import LEASE_TTL, parse_holder, pid_running
 from lambo_core.hub.socket_dir import (
     MAX_SOCKET_PATH,
     SOCKET_DIR_ADVICE,
@@ -921,6 +921,49 @@ def test_a_killed_hub_is_taken_over_before_its_lease_expires(
         if proc.stdout is not None:
             proc.stdout.close()
     assert not sock.exists()
+
+
+def test_a_call_that_found_no_hub_is_still_owed_when_a_dying_hub_drops_a_reconnect(
+    runtime: Path, db: Path, store: SqliteStore
+) -> None:
+    """A hub that dies can still accept a connection on its way out: the election settles
+    as a forwarder to it, which then drops. The call that found no hub still wants memory,
+    so the next election takes the lease as soon as it comes free, with no new call."""
+    sock = own_socket(runtime, db)
+    clock = ManualClock(time.time())
+    old = LeaseKeeper(store, "s", "old-hub", clock, host="another-machine")
+    assert old.try_acquire() is not None
+    calls = 0
+
+    async def dying(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # the first connection reads the call and dies unanswered; later ones are dropped
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await reader.readline()
+        writer.close()
+
+    became: list[int | None] = []
+
+    async def on_become_hub(keeper: LeaseKeeper) -> Handler:
+        became.append(keeper.token)
+        return named("new")
+
+    async def main() -> None:
+        server = await asyncio.start_unix_server(dying, path=os.fspath(sock))
+        serve = SessionHub(store, "s", db, "forwarder", on_become_hub, clock=clock)
+        try:
+            assert await serve.start() == "forwarder"
+            assert await serve.call("t", {}) == hub_gone_result()
+            await eventually(lambda: calls >= 3)  # reconnected to the dying hub, dropped again
+            clock.advance(LEASE_TTL + 1)  # the old lease comes free; nobody calls
+            await eventually(lambda: serve.role == "hub")
+            assert became == [store.get_lease("s").token]  # type: ignore[union-attr]
+        finally:
+            await serve.close()
+            server.close()
+
+    run(main)
 
 
 def test_a_hub_that_loses_its_lease_stops_and_forwards_to_the_new_holder(

@@ -142,6 +142,9 @@ class SessionHub:
         self._background: set[asyncio.Task[None]] = set()
         #: whether the election may take the lease (see the class docstring)
         self._want_lease = True
+        #: a call found no hub and none has been answered since: that demand for the
+        #: session outlives a forwarder that reached a dying hub and then dropped
+        self._unmet_call = False
         #: set while the election takes the lease and opens the hub; ``close`` waits it out
         self._taking_over = False
         #: wakes the election loop early when a call asks for the session
@@ -243,9 +246,10 @@ class SessionHub:
             return tool_error(LEASE_LOST_CALL_TEXT)
         if self.role == "forwarder" and forwarder is not None:
             try:
-                return await forwarder.call(tool, arguments, meta)
+                answered = await forwarder.call(tool, arguments, meta)
             except HubGone as exc:
                 log.warning("hub: a forwarded %s found no hub: %s", tool, exc)
+                self._unmet_call = True
                 self._hub_gone(forwarder)
                 self._ask_for_lease()
                 if isinstance(exc, HubSilent):  # it read the call: it may still act on it
@@ -253,6 +257,8 @@ class SessionHub:
                 # The hub stopped answering this call (a holder that dies closes its
                 # sockets before its pid reads as gone, so the lease cannot tell yet).
                 return hub_gone_result()
+            self._unmet_call = False
+            return answered
         return await self._unavailable()
 
     async def _unavailable(self) -> dict[str, Any]:
@@ -376,6 +382,8 @@ class SessionHub:
             return
         self._forwarder, self.socket = None, None
         log.warning("hub: the holder of session %r is gone; electing a new one", self.session)
+        if self._unmet_call:
+            self._want_lease = True
         task = asyncio.get_running_loop().create_task(forwarder.close())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -407,7 +415,7 @@ class SessionHub:
                 self._server, self.socket = server, self._own_path
         # where other serves find this hub, whatever their environment ("": nowhere)
         await asyncio.to_thread(keeper.record_socket, os.fspath(self.socket or ""))
-        self._want_lease = False
+        self._want_lease = self._unmet_call = False
         if self.role == "closed":
             return  # closed while becoming the hub: close() stops it next
         self.role = "hub"
