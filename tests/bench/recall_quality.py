@@ -44,6 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from lambo_core.canon.history import CanonHistory  # noqa: E402
+from lambo_core.canon.rules import CanonRules  # noqa: E402
 from lambo_core.embed.importer import import_model  # noqa: E402
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
 from lambo_core.recall import RecallDefaults, recall  # noqa: E402
@@ -138,6 +140,7 @@ def evaluate(
     session: Session, data: dict[str, Any], node_of: dict[str, str], config: Config
 ) -> Scores:
     defaults = RecallDefaults()
+    history = CanonHistory(session, CanonRules())  # one per session, as a serve holds it
     text_of = {node_of[f["id"]]: f["text"] for f in data["facts"]}
     recalls, rrs, hits1, times = [], [], [], []
     misses: list[tuple[str, list[str]]] = []
@@ -159,6 +162,7 @@ def evaluate(
             rrf_k=config.rrf_k,
             legs=config.legs,
             normalize=config.normalize,
+            canon_history=history,
         )
         times.append(time.perf_counter() - t)
         session.access_counts.drain()
