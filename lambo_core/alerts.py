@@ -1,30 +1,8 @@
 """Recall's short-lived lines about fresh writes: conflicts and the high-risk alert.
 
-The spec names both without giving their text or their windows (a
-contradicted Canonical or Venerable hit "is kept past top_k, like a
-conflict"; a contradiction "does not make a conflict line (a conflict stays
-about concurrent edits)" but "is still a fresh write ..., so a contradicted
-load-bearing concept gets the short-lived high-risk alert"). The windows are
-the older release's (0.2.2), 30 seconds each.
-
-- **Conflict** (concurrent edits), either of:
-
-  - in the last ``CONFLICT_WINDOW_S`` a Causal (produces, modifies) or
-    Dependency edge on the concept was written, and two or more agents wrote
-    to it in that window: the concept itself, or an edge on it other than a
-    contradiction;
-  - another agent holds a ``lambo_reserve`` lock on it (the caller's own
-    lock is not a conflict).
-
-  A hit with a conflict is kept past top_k, and its line names the agents
-  (or the holder and the expiry) so the caller can coordinate.
-- **High risk**: the concept is load-bearing (Canonical, Venerable, or a
-  blast radius at the pillar threshold) and it, or any edge of it (a
-  contradiction included), was written in the last ``HIGH_RISK_WINDOW_S``.
-
-Both are read from the graph on every recall and lapse by themselves. The
-edge summary's latest edge time (``scoring.EdgeView``) rules out a concept
-with no fresh write without walking its edges.
+Spec: lambo_recall (conflict lines, the high-risk alert); the spec leaves their text
+and windows open, and the rules chosen (the older release's 30-second windows) are in
+docs/design.md, recall ("Conflict and high-risk lines").
 """
 
 from __future__ import annotations
