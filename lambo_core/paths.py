@@ -3,7 +3,7 @@
 platformdirs gives data, cache and config their per-user homes; the runtime
 dir follows the spec's socket-directory rule (``socket_dir``); ``LAMBO_HOME=DIR`` moves all four
 under one root (the tests always set it, so they never touch the user's
-real memory). The socket-directory rules of the hub live in ``hub.py``.
+real memory). The socket-directory rules of the hub live in ``hub/socket_dir.py``.
 """
 
 from __future__ import annotations

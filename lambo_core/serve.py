@@ -67,7 +67,9 @@ def open_service(
     models: LoadedModels | None = None,
 ) -> MemoryService:
     """Open the session on ``store`` and start its apply worker: the hub's service (with
-    ``probe``, the startup probe of the embedder as well: a serve's, not a one-shot's)."""
+    ``probe``, the startup probe of the embedder as well: a serve's, not a one-shot's).
+    ``models`` is the loaded-model cache to share; None: a cache of this service's own, so
+    a caller opening several services in one process passes one to load a model once."""
     # A one-shot command opens one service: a cache of its own. A serve passes its own.
     plan = EmbedderPlan.from_config(config, models if models is not None else LoadedModels())
     session = Session.open(

@@ -9,16 +9,8 @@ from pathlib import Path
 
 import click
 
+from ..embed.progress import human_size
 from .common import reports_errors, root_config
-
-
-def _human(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
 
 
 @click.group("model")
@@ -110,10 +102,10 @@ def list_cmd(ctx: click.Context) -> None:
     for m in models:
         mark = "*" if m.name == configured else " "
         if m.problem is not None:
-            click.echo(f"{mark} {m.name}  {_human(m.size)}  broken: {m.problem}")
+            click.echo(f"{mark} {m.name}  {human_size(m.size)}  broken: {m.problem}")
             continue
         click.echo(
-            f"{mark} {m.name}  {_human(m.size)}  {m.quantization}  {m.source}  "
+            f"{mark} {m.name}  {human_size(m.size)}  {m.quantization}  {m.source}  "
             f"contract {json.dumps(m.contract)}"
         )
 

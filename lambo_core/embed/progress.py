@@ -7,7 +7,8 @@ import time
 from typing import IO
 
 
-def _human(n: float) -> str:
+def human_size(n: float) -> str:
+    """``n`` bytes as people read them: ``512 B``, ``1.5 MB``."""
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -34,7 +35,7 @@ class Progress:
 
     def begin(self, done: int) -> None:
         if done:
-            self.note(f"resuming {self.label} at {self._pct(done)}% ({_human(done)})")
+            self.note(f"resuming {self.label} at {self._pct(done)}% ({human_size(done)})")
         self.update(done, force=True)
 
     def update(self, done: int, *, force: bool = False) -> None:
@@ -45,7 +46,7 @@ class Progress:
                 filled = pct * 30 // 100
                 bar = "#" * filled + "." * (30 - filled)
                 self.stream.write(
-                    f"\r{self.label} [{bar}] {pct:3d}% {_human(done)}/{_human(self.total)}"
+                    f"\r{self.label} [{bar}] {pct:3d}% {human_size(done)}/{human_size(self.total)}"
                 )
                 self.stream.flush()
                 self._last_draw = now
@@ -54,7 +55,8 @@ class Progress:
         step = pct // 10
         if step > self._last_step:
             self._last_step = step
-            self.stream.write(f"{self.label}: {pct:3d}% ({_human(done)} of {_human(self.total)})\n")
+            done_of = f"{human_size(done)} of {human_size(self.total)}"
+            self.stream.write(f"{self.label}: {pct:3d}% ({done_of})\n")
             self.stream.flush()
 
     def note(self, text: str) -> None:

@@ -343,7 +343,7 @@ class SessionHub:
         if self.closed:
             await forwarder.close()
             return True
-        forwarder._on_drop = lambda: self._hub_gone(forwarder)
+        forwarder.on_drop = lambda: self._hub_gone(forwarder)
         self._forwarder, self.socket, self.role = forwarder, path, "forwarder"
         self._want_lease = False  # settled: from now on the lease is taken only on demand
         self._waiting_logged = False

@@ -92,7 +92,8 @@ class Forwarder:
                 return fixed
 
             self._resolve = resolve
-        self._on_drop = on_drop
+        #: called once when the connection drops (not on close); the election sets it
+        self.on_drop = on_drop
         self.timeout_s = timeout_s
         self._conn: _Conn | None = None
         self._connect_lock = asyncio.Lock()
@@ -167,8 +168,8 @@ class Forwarder:
             if not future.done():
                 future.set_exception(HubGone(reason))
         conn.writer.close()
-        if self._on_drop is not None and not self._closed:
-            self._on_drop()
+        if self.on_drop is not None and not self._closed:
+            self.on_drop()
 
     async def call(
         self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None

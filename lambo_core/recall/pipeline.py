@@ -68,7 +68,9 @@ def recall(
     daemon's contradiction list once it has listed; None (no daemon runs here, as
     in tests and one-shot tools, or its first listing is not done yet): every hit
     is checked. ``canon_history`` is the session's demotion history (the
-    service's; None: one read for this call under the default rules). ``legs`` and
+    service's; None: one built for this call under the default rules, which reads the
+    stored canonization events again, so a caller that recalls often passes its own).
+    ``legs`` and
     ``normalize`` (see ``fuse``) are for the benchmarks: the served recall runs
     every leg it can and normalizes whenever the vector leg ran.
     """
