@@ -170,6 +170,15 @@ KEYS: tuple[Key, ...] = (
         choices=("max", "rrf", "sum"),
     ),
     Key("fusion", "rrf_k", 60, "the k of reciprocal rank fusion", minimum=1, maximum=10_000),
+    Key(
+        "fusion",
+        "standing",
+        "tiebreak",
+        "what a concept's standing (use, recency, density, Canonical) does to its score: "
+        "tiebreak (adds at most 0.2, so the question decides) or half (0.5 x standing + "
+        "0.5 x relevance, Canonical hits first: the spec system's formula)",
+        choices=("tiebreak", "half"),
+    ),
     # [selection]
     Key("selection", "skip_redundant", False, "skip a hit that repeats one already taken"),
     Key(

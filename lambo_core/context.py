@@ -49,6 +49,8 @@ class HitBlock:
     ``also`` names the hits it replaced as repeats (``selection.also_label``,
     such as ``also 82c3dcb0``); it goes right after the id, so it is part of the
     label and counts toward max_tokens. Empty, the label is as without it.
+    ``placed`` says why a hit sits where its score alone would not put it (such
+    as ``via graph``); it ends the label after a semicolon.
     """
 
     node_id: str
@@ -59,6 +61,7 @@ class HitBlock:
     blast_radius: int
     lines: tuple[str, ...] = ()
     also: str = ""
+    placed: str = ""
 
     def label_suffix(self) -> str:
         """`` [Type, canonical] (score S, id XXXXXXXX, also ..., blast radius N)``."""
@@ -68,6 +71,8 @@ class HitBlock:
             meta += f", {self.also}"
         if self.blast_radius > 0:
             meta += f", blast radius {self.blast_radius}"
+        if self.placed:
+            meta += f"; {self.placed}"
         return f" [{kind}] ({meta})"
 
     def label_line(self) -> str:

@@ -29,7 +29,7 @@ from .inspect import run_inspect
 from .limits import WAIT_MS_MAX
 from .locks import LockTable, run_reserve
 from .model import Status
-from .recall import RecallDefaults, recall
+from .recall import Ranking, RecallDefaults, recall
 from .receipts import ReceiptView, render_line, render_piggyback, to_structured
 from .saints import run_saints
 from .session import Session, describe_contract
@@ -98,6 +98,7 @@ class MemoryService:
         self.config = config
         self.daemon = daemon  # the session's background cycles; None: none runs here
         self._recall_defaults = RecallDefaults.from_config(config)
+        self._ranking = Ranking.from_config(config)
         # [canonization], read once: the daemon's rules when one runs here
         self._canon_rules = daemon.rules if daemon is not None else CanonRules.from_config(config)
         self._edge_min_age = self._canon_rules.edge_min_age_s
@@ -181,8 +182,7 @@ class MemoryService:
                 self.session,
                 args,
                 defaults=self._recall_defaults,
-                fusion=str(self.config.get("fusion.method")),
-                rrf_k=int(self.config.get("fusion.rrf_k")),
+                ranking=self._ranking,
                 holder=self.locks.holder,
                 listing=self.daemon.listing if self.daemon is not None else None,
                 canon_history=self._canon_history,

@@ -32,9 +32,17 @@ from lambo_core.model import (
     WriteBatch,
     short_id,
 )
-from lambo_core.recall import RecallDefaults, RecallResult, recall
+from lambo_core.recall import Ranking, RecallDefaults, RecallResult, recall
 from lambo_core.recall.dependency import find_dependency_anchor
-from lambo_core.recall.fusion import Candidate, fuse, order_candidates
+from lambo_core.recall.fusion import (
+    BASE_MAX,
+    BASE_MIN,
+    CANONICAL_SHARE,
+    STANDING_SPAN,
+    Candidate,
+    fuse,
+    order_candidates,
+)
 from lambo_core.recall.legs import (
     NOTICE_FAILED,
     NOTICE_LOADING,
@@ -105,8 +113,15 @@ class Mem:
         )
 
 
-def ask(session: Session, query: str, **kw: Any) -> RecallResult:
-    result = recall(session, {"agent_id": "agent-a", "query": query, **kw}, defaults=DEFAULTS)
+# The spec system's ranking (max of raw leg scores, 0.5 x base + 0.5 x relevance, Canonical
+# first): the spec's example scores are computed under it.
+SPEC_RANKING = Ranking(method="max", standing="half")
+
+
+def ask(session: Session, query: str, *, ranking: Ranking | None = None, **kw: Any) -> RecallResult:
+    result = recall(
+        session, {"agent_id": "agent-a", "query": query, **kw}, defaults=DEFAULTS, ranking=ranking
+    )
     assert_mcp_shape(result)
     return result
 
@@ -153,7 +168,7 @@ def test_the_spec_example_exactly() -> None:
     mem = Mem()
     node = "ddbc8bc8-52ed-465b-9a2a-b0066bda51ad"
     mem.write([(node, "stdio wire check", "entity")])
-    result = ask(mem.session(at=T0), "stdio wire check")
+    result = ask(mem.session(at=T0), "stdio wire check", ranking=SPEC_RANKING)
     assert result.context == "stdio wire check [Entity] (score 0.86, id ddbc8bc8)"
     assert result.structured() == {
         "context": "stdio wire check [Entity] (score 0.86, id ddbc8bc8)",
@@ -191,7 +206,7 @@ def pillar() -> Session:
 
 
 def test_golden_pillar_and_canonical(pillar: Session) -> None:
-    result = ask(pillar, "user schema", traversal_depth=0, top_k=2)
+    result = ask(pillar, ranking=SPEC_RANKING, query="user schema", traversal_depth=0, top_k=2)
     assert result.context == (
         "user schema [Entity, canonical] (score 0.57, id 00000001, blast radius 8)\n"
         "⚑ Load-bearing pillar — 8 nodes depend on this. Modify with caution.\n"
@@ -215,6 +230,7 @@ def test_pillar_threshold_is_a_knob(pillar: Session) -> None:
         pillar,
         {"agent_id": "a", "query": "user schema", "traversal_depth": 0, "top_k": 1},
         defaults=high,
+        ranking=SPEC_RANKING,
     )
     assert result.context == (
         "user schema [Entity, canonical] (score 0.57, id 00000001, blast radius 8)"
@@ -230,7 +246,7 @@ def test_pillar_threshold_is_a_knob(pillar: Session) -> None:
 
 
 def test_golden_dependency_question(pillar: Session) -> None:
-    result = ask(pillar, "what depends on user schema?")
+    result = ask(pillar, ranking=SPEC_RANKING, query="what depends on user schema?")
     assert result.context == (
         'Answered by graph traversal: 8 concepts depend on "user schema" (id 00000001); '
         "the 5 ranked highest are shown.\n"
@@ -247,7 +263,9 @@ def test_golden_dependency_question(pillar: Session) -> None:
     )
     assert result.warnings == []
     assert [h["node_id"] for h in result.hits] == [nid(17), nid(16), nid(15), nid(14), nid(13)]
-    everything = ask(pillar, "is it safe to delete the user schema", top_k=100)
+    everything = ask(
+        pillar, ranking=SPEC_RANKING, query="is it safe to delete the user schema", top_k=100
+    )
     assert everything.context.startswith(
         'Answered by graph traversal: 8 concepts depend on "user schema" (id 00000001).\n\n'
     )
@@ -263,7 +281,13 @@ def test_golden_truncated_first_hit() -> None:
     mem.write([(nid(1), long_text, "entity")])
     mem.write([(nid(2), "the audit table is append only", "constraint")], at=T0 + 1)
     session = mem.session(at=T0 + 10)
-    result = ask(session, "account table migration review", max_tokens=40, traversal_depth=0)
+    result = ask(
+        session,
+        ranking=SPEC_RANKING,
+        query="account table migration review",
+        max_tokens=40,
+        traversal_depth=0,
+    )
     assert result.context == (
         "user schema owns the acco… [Entity] (score 1.32, id 00000001)\n"
         "[truncated: 40 tokens left out; lambo_inspect 00000001 for the full concept]"
@@ -286,11 +310,13 @@ def test_golden_budget_edge_through_recall() -> None:
         "flush retries keep the lease [Logic] (score 0.62, id 00000001)"
     )
     exact = (2 * len(both.encode()) + 6) // 7
-    result = ask(session, "lease", max_tokens=exact, traversal_depth=0)
+    result = ask(session, ranking=SPEC_RANKING, query="lease", max_tokens=exact, traversal_depth=0)
     assert result.context == both
     assert_mcp_shape(result)
     session.access_counts.drain()  # the first recall's accesses would raise the scores
-    result = ask(session, "lease", max_tokens=exact - 1, traversal_depth=0)
+    result = ask(
+        session, ranking=SPEC_RANKING, query="lease", max_tokens=exact - 1, traversal_depth=0
+    )
     assert result.context == both.split("\n\n")[0]
     assert left_out(result, 1) and "truncated_in_context" not in result.hits[1]
     assert_mcp_shape(result)
@@ -320,14 +346,14 @@ def test_integer_bounds_at_and_past_each_end(
     small: Session, name: str, ok: tuple[int, int], bad: tuple[int, int], rule: str
 ) -> None:
     for value in ok:
-        ask(small, "stdio", **{name: value})
+        ask(small, "stdio", **dict[str, Any]({name: value}))
     for value in bad:
         with pytest.raises(ParameterError) as info:
-            ask(small, "stdio", **{name: value})
+            ask(small, "stdio", **dict[str, Any]({name: value}))
         assert info.value.render() == rule
     for wrong in ("5", 5.0, True):
         with pytest.raises(ParameterError, match=f"{name} must be an integer"):
-            ask(small, "stdio", **{name: wrong})
+            ask(small, "stdio", **dict[str, Any]({name: wrong}))
 
 
 def refusal(session: Session, args: dict[str, Any]) -> LamboError:
@@ -427,7 +453,7 @@ def test_fusion_max_takes_the_highest_raw_score() -> None:
         vector=[("b", 0.7), ("c", 0.4), ("a", 0.1)],
         recent=[("c", 0.5), ("d", 0.5)],
     )
-    fused = fuse(legs, "max", 60)
+    fused = fuse(legs, Ranking("max", standing="half"))
     assert {k: round(c.relevance, 6) for k, c in fused.items()} == {
         "a": 2.5,
         "b": 0.7,
@@ -446,7 +472,7 @@ def test_fusion_rrf_sums_rescaled_reciprocal_ranks() -> None:
         recent=[("c", 0.5)],
         depth=4,
     )
-    fused = fuse(legs, "rrf", 60)
+    fused = fuse(legs, Ranking("rrf", standing="half"))
 
     def rrf(rank: int) -> float:  # rank 1 -> 1, rank depth + 1 -> 0
         return (1 / (60 + rank) - 1 / 65) / (1 / 61 - 1 / 65)
@@ -466,7 +492,7 @@ def test_fusion_max_rescales_keyword_and_vector_when_both_are_fused() -> None:
         depth=4,
         vector_ran=True,
     )
-    fused = fuse(legs, "max", 60)
+    fused = fuse(legs, Ranking("max", standing="half"))
     assert fused["a"].keyword == pytest.approx(1.0)
     assert fused["b"].keyword == pytest.approx(3 / 9)
     assert fused["b"].vector == pytest.approx(1.0)
@@ -480,9 +506,9 @@ def test_fusion_max_rescales_keyword_and_vector_when_both_are_fused() -> None:
         "e": 0.5,
     }
     # a keyword-only recall keeps raw BM25, as the spec's example does
-    raw = fuse(LegResults(keyword=[("a", 9.0)], depth=4), "max", 60)
+    raw = fuse(LegResults(keyword=[("a", 9.0)], depth=4), Ranking("max", standing="half"))
     assert raw["a"].relevance == 9.0
-    assert fuse(legs, "max", 60, normalize=False)["a"].relevance == 9.0
+    assert fuse(legs, Ranking("max", standing="half"), normalize=False)["a"].relevance == 9.0
 
 
 def test_fusion_sum_adds_keyword_and_vector_with_the_recent_floor() -> None:
@@ -493,7 +519,7 @@ def test_fusion_sum_adds_keyword_and_vector_with_the_recent_floor() -> None:
         depth=4,
         vector_ran=True,
     )
-    fused = fuse(legs, "sum", 60, keyword_coverage={"a": 0.5, "b": 1.0})
+    fused = fuse(legs, Ranking("sum", standing="half"), keyword_coverage={"a": 0.5, "b": 1.0})
     assert fused["a"].relevance == pytest.approx(0.5 * 1.0 + 0.2 / 0.6)
     assert fused["b"].relevance == pytest.approx(3 / 9 + 1.0)
     assert fused["d"].relevance == 0.5 and fused["d"].lifted_by_recent
@@ -508,21 +534,26 @@ def test_keyword_coverage_weighs_a_fused_keyword_score() -> None:
     assert coverage(wanted, "Stripe sometimes sends an event twice") == pytest.approx(1 / 3)
     assert coverage(set(), "anything") == 1.0
     legs = LegResults(keyword=[("a", 4.0)], vector=[("a", 0.5)], depth=4, vector_ran=True)
-    assert fuse(legs, "max", 60, keyword_coverage={"a": 0.25})["a"].keyword == 0.25
+    assert (
+        fuse(legs, Ranking("max", standing="half"), keyword_coverage={"a": 0.25})["a"].keyword
+        == 0.25
+    )
 
 
 def test_an_unknown_fusion_method_is_a_configuration_error(small: Session) -> None:
     with pytest.raises(ConfigError, match=r"\[fusion\] method must be one of max, rrf, sum"):
-        recall(small, {"agent_id": "a", "query": "stdio"}, defaults=DEFAULTS, fusion="avg")
+        Ranking("avg")
+    with pytest.raises(ConfigError, match=r"\[fusion\] standing must be one of tiebreak, half"):
+        Ranking(standing="quarter")
 
 
 def test_fusion_of_a_single_candidate_is_full_scale() -> None:
     legs = LegResults(keyword=[("a", 0.3)], vector=[("a", 0.9)], depth=20, vector_ran=True)
-    assert fuse(legs, "max", 60)["a"].relevance == 1.0
+    assert fuse(legs, Ranking("max", standing="half"))["a"].relevance == 1.0
 
 
 def test_negative_cosines_count_as_zero() -> None:
-    fused = fuse(LegResults(vector=[("a", -0.2)]), "max", 60)
+    fused = fuse(LegResults(vector=[("a", -0.2)]), Ranking("max", standing="half"))
     assert fused["a"].relevance == 0.0
 
 
@@ -535,9 +566,12 @@ def test_order_holds_recent_lifted_hits_behind_named_ones() -> None:
     named = Candidate("n", keyword=0.3, relevance=0.3, score=0.4)
     lifted = Candidate("r", recent=0.5, relevance=0.5, score=0.6, lifted_by_recent=True)
     vector_only = Candidate("v", vector=0.45, relevance=0.45, score=0.5)
-    assert [c.node_id for c in order_candidates([named, lifted, vector_only])] == ["v", "n", "r"]
+    half = Ranking(standing="half")
+    ordered = order_candidates([named, lifted, vector_only], half)
+    assert [c.node_id for c in ordered] == ["v", "n", "r"]
+    assert lifted.placed == "recent, after the matches" and not named.placed
     # nothing named: the recent leg ranks like any other
-    assert [c.node_id for c in order_candidates([lifted, vector_only])] == ["r", "v"]
+    assert [c.node_id for c in order_candidates([lifted, vector_only], half)] == ["r", "v"]
 
 
 @pytest.fixture
@@ -555,13 +589,23 @@ def busy() -> Session:
 def test_recent_leg_never_pushes_a_named_match_out_of_the_top_k(busy: Session) -> None:
     # The rule matters here: "cache" is in 8 of 11 concepts, so its BM25 (~0.35) is below
     # the recent leg's fixed 0.5, and the recent concepts outscore the named ones.
-    every = ask(busy, "cache", top_k=11, traversal_depth=0)
+    # Under the spec system's formula the recent concepts outscore the named ones and are
+    # held behind them, their labels saying why; by default the recent leg only nudges.
+    half = Ranking(standing="half")
+    every = ask(busy, "cache", top_k=11, traversal_depth=0, ranking=half)
     scores = {h["node_id"]: h["score"] for h in every.hits}
     assert min(scores[nid(n)] for n in (20, 21, 22)) > max(scores[nid(1 + i)] for i in range(8))
     assert {h["node_id"] for h in every.hits[8:]} == {nid(20), nid(21), nid(22)}
-    for top_k in (1, 3, 5, 8):
-        result = ask(busy, "what about the cache?", top_k=top_k, traversal_depth=0)
-        assert all(text.startswith("cache note") for text in contents(result)), top_k
+    assert every.context.count("; recent, after the matches)") == 3
+    default = ask(busy, "cache", top_k=11, traversal_depth=0)
+    assert {h["node_id"] for h in default.hits[8:]} == {nid(20), nid(21), nid(22)}
+    assert "; recent" not in default.context
+    for ranking in (half, None):
+        for top_k in (1, 3, 5, 8):
+            result = ask(
+                busy, "what about the cache?", top_k=top_k, traversal_depth=0, ranking=ranking
+            )
+            assert all(text.startswith("cache note") for text in contents(result)), top_k
 
 
 def test_recent_leg_still_answers_a_vague_question(busy: Session) -> None:
@@ -765,6 +809,14 @@ def test_pending_accesses_raise_the_frequency_term(small: Session) -> None:
     first = ask(small, "stdio wire").hits[0]["score"]
     small.access_counts.restore({nid(1): 9})
     second = ask(small, "stdio wire").hits[0]["score"]
+    # the frequency term's full 0.20 of base, as a share of standing's span
+    assert second == pytest.approx(
+        first + STANDING_SPAN * (1 - CANONICAL_SHARE) * 0.20 / (BASE_MAX - BASE_MIN)
+    )
+    small.access_counts.drain()
+    first = ask(small, "stdio wire", ranking=SPEC_RANKING).hits[0]["score"]
+    small.access_counts.restore({nid(1): 9})
+    second = ask(small, "stdio wire", ranking=SPEC_RANKING).hits[0]["score"]
     assert second == pytest.approx(first + 0.5 * 0.20 * 10 / 10)
     small.access_counts.drain()
 
@@ -952,7 +1004,7 @@ def test_fused_legs_rank_a_word_match_and_a_meaning_match(hybrid: Session, fusio
         hybrid,
         {"agent_id": "a", "query": "how long do API tokens live", "traversal_depth": 0},
         defaults=DEFAULTS,
-        fusion=fusion,
+        ranking=Ranking(fusion),
     )
     assert contents(result)[0] == "API tokens expire after one hour"
     named = [h["score"] for h in result.hits if not h["content"].startswith("zz filler")]
@@ -999,7 +1051,7 @@ def contradicted_schema(*, status: Status = Status.CANONICAL, dependents: int = 
 
 def test_golden_contradiction_with_the_concept_beside_it() -> None:
     session = contradicted_schema().session(at=T_AGAINST + 3600)
-    result = ask(session, "user schema", top_k=1, traversal_depth=0)
+    result = ask(session, ranking=SPEC_RANKING, query="user schema", top_k=1, traversal_depth=0)
     assert result.context == (
         "user schema [Entity, canonical] (score 2.45, id f0000000, blast radius 14)\n"
         "⚑ Load-bearing pillar — 14 nodes depend on this. Modify with caution.\n"
@@ -1094,7 +1146,13 @@ def test_golden_rests_on_a_contradicted_concept() -> None:
     for i in range(3):
         mem.write([(nid(200 + i), f"zz later note {i}", "observation")], at=T0 + 20 + i)
     session = mem.session(at=T0 + 30)  # the citation is older than the contradiction
-    result = ask(session, "list-all returns every memo", top_k=1, traversal_depth=0)
+    result = ask(
+        session,
+        ranking=SPEC_RANKING,
+        query="list-all returns every memo",
+        top_k=1,
+        traversal_depth=0,
+    )
     assert result.context == (
         "list-all returns every memo [Logic] (score 2.82, id 4bf3835a)\n"
         '⚠ Rests on a contradicted concept: "GET /api/v1/memo (list all)" (id 82c3dcb0), '

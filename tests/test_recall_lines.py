@@ -16,12 +16,12 @@ import pytest
 from lambo_core.locks import Reservation
 from lambo_core.model import Edge as GraphEdge
 from lambo_core.model import EdgeType, Interaction, InteractionKind, Status, WriteBatch
-from lambo_core.recall import RecallDefaults, RecallResult, recall
+from lambo_core.recall import Ranking, RecallDefaults, RecallResult, recall
 from lambo_core.selection import SelectionRules
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
 from lambo_core.writes import WritePipeline
-from tests.test_recall import T0, Mem, assert_mcp_shape, minilm, nid
+from tests.test_recall import SPEC_RANKING, T0, Mem, assert_mcp_shape, minilm, nid
 
 __all__ = ["minilm"]  # a module-scoped fixture shared with test_recall
 
@@ -35,13 +35,16 @@ def ask(
     defaults: RecallDefaults | None = None,
     agent: str = "agent-a",
     holder: Any = None,
+    ranking: Ranking | None = SPEC_RANKING,
     **kw: Any,
 ) -> RecallResult:
+    """A recall under the spec system's ranking (its examples' scores), unless told."""
     result = recall(
         session,
         {"agent_id": agent, "query": query, "traversal_depth": 0, **kw},
         defaults=defaults or RecallDefaults(),
         holder=holder,
+        ranking=ranking,
     )
     session.access_counts.drain()  # so one recall's hits do not raise the next one's scores
     assert_mcp_shape(result)
@@ -129,8 +132,8 @@ def test_golden_conflict_when_two_agents_edit_a_concept_within_30_seconds() -> N
     assert result.context == (
         "deploy script [Resource] (score 1.13, id 00000001, blast radius 1)\n" + line + "\n\n"
         # the release job was written by agent-a and given a produces edge by agent-b: it
-        # is under concurrent edit too, so it is kept past top_k
-        "release job [Resource] (score 0.55, id 00000002)\n" + line
+        # is under concurrent edit too, so it is kept past top_k, and its label says so
+        "release job [Resource] (score 0.55, id 00000002; kept past top_k)\n" + line
     )
     assert result.warnings == [line, line]
     # once the window has passed, the line has lapsed

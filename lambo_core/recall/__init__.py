@@ -2,11 +2,12 @@
 
 The steps, one module each: ``request`` (arguments and defaults), ``dependency``
 (questions answered by graph traversal), ``legs`` (keyword, vector, recent),
-``fusion`` (candidates and their scores), ``lines`` (warnings, and hits kept for
-them) and ``pipeline`` (one call, in order).
+``names`` (exact names in a question), ``fusion`` (candidates and their scores),
+``lines`` (warnings, and hits kept for them) and ``pipeline`` (one call, in order).
 """
 
+from .fusion import Ranking
 from .pipeline import recall
 from .request import RecallDefaults, RecallResult
 
-__all__ = ["RecallDefaults", "RecallResult", "recall"]
+__all__ = ["Ranking", "RecallDefaults", "RecallResult", "recall"]

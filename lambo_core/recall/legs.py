@@ -15,6 +15,7 @@ from ..errors import LamboError, StoreError
 from ..index.caches import LegResults
 from ..index.keywords import tokenize
 from ..scoring import derives_adjacency, recent_interactions
+from .names import question_names
 
 if TYPE_CHECKING:
     from ..index.graph import SessionGraph
@@ -123,6 +124,17 @@ def _keyword_leg(index: SessionIndex, query: str, depth: int) -> list[tuple[str,
         ) from None
 
 
+def _name_searches(index: SessionIndex, query: str, depth: int) -> list[tuple[str, float]]:
+    """The concepts the keyword index holds for each exact name in ``query``, one search a
+    name (its terms alone, so a name's concept is found however many other words the
+    question has)."""
+    found: dict[str, float] = {}
+    for name in question_names(query):
+        for node_id, raw in _keyword_leg(index, " ".join(tokenize(name)), depth):
+            found.setdefault(node_id, raw)
+    return list(found.items())
+
+
 def run_legs(
     session: Session, query: str, depth: int, legs: Collection[str], embedder: Any
 ) -> LegResults:
@@ -135,6 +147,7 @@ def run_legs(
     out = LegResults(depth=depth)
     if LEG_KEYWORD in legs:
         out.keyword = _keyword_leg(index, query, depth)
+        out.named = _name_searches(index, query, depth)
     matrix = index.vectors if LEG_VECTOR in legs and embedder is not None else None
     if matrix is not None and len(matrix) > 0:
         vector = embedder.embed_query(query)

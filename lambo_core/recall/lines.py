@@ -22,7 +22,7 @@ from ..model import ESTABLISHED, EdgeType, Status, short_id
 from ..scoring import EdgeView
 from ..selection import Skipped, also_label, skipped_structured
 from ..text import format_rfc3339, show_safely
-from .fusion import Candidate, Scorer
+from .fusion import PLACED_KEPT, Candidate, Scorer
 from .request import RecallDefaults
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class Pick:
     companion_of: list[str] = field(default_factory=list)  # hits it was pulled in for
     contradicts: list[str] = field(default_factory=list)  # shown hits it contradicts
     pulled_in: bool = False  # only here as the concept beside a contradicted hit
+    kept: bool = False  # kept past top_k for a warning (a contradiction or a conflict)
 
 
 def every_hit(_node_id: str) -> bool:
@@ -102,7 +103,7 @@ def select_with_contradictions(
         if concept.status in ESTABLISHED:
             info = listed_contradiction(graph, cand.node_id, now, edge_min_age, listed)
         if info is not None or keep_past(cand.node_id):
-            picks.append(Pick(cand, contradiction=info))
+            picks.append(Pick(cand, contradiction=info, kept=True))
     for pick in picks:
         if pick.contradiction is None:
             pick.contradiction = listed_contradiction(
@@ -356,6 +357,7 @@ def describe(
                 blast_radius=radius,
                 lines=(*own, past) if past else tuple(own),
                 also=also_label(also),
+                placed=PLACED_KEPT if pick.kept else pick.cand.placed,
             )
         )
         hit: dict[str, Any] = {

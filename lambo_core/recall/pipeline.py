@@ -16,7 +16,7 @@ from ..index.caches import LegResults
 from ..model import EdgeType
 from ..selection import select_distinct
 from .dependency import DependencyAnchor, dependency_header, find_dependency_anchor
-from .fusion import Candidate, Scorer, coverage, fuse, order_candidates, rank_key
+from .fusion import Candidate, Ranking, Scorer, coverage, fuse, order_candidates, rank_key
 from .legs import ALL_LEGS, CANDIDATES_PER_HIT, LEG_VECTOR, keyword_query, run_legs, vector_state
 from .lines import (
     Annotator,
@@ -27,10 +27,12 @@ from .lines import (
     select_with_contradictions,
     shows_supersession_line,
 )
+from .names import NameMatcher, name_shares, question_names
 from .request import RecallDefaults, RecallRequest, RecallResult, parse_request
 
 if TYPE_CHECKING:
     from ..alerts import Holder
+    from ..index.graph import SessionGraph
     from ..session import Session
 
 EXPAND_EDGE_TYPES = (
@@ -53,8 +55,7 @@ def recall(
     args: Mapping[str, Any],
     *,
     defaults: RecallDefaults,
-    fusion: str = "sum",
-    rrf_k: int = 60,
+    ranking: Ranking | None = None,
     legs: Collection[str] = ALL_LEGS,
     normalize: bool | None = None,
     holder: Holder | None = None,
@@ -70,11 +71,12 @@ def recall(
     is checked. ``canon_history`` is the session's demotion history (the
     service's; None: one built for this call under the default rules, which reads the
     stored canonization events again, so a caller that recalls often passes its own).
-    ``legs`` and
+    ``ranking`` is ``[fusion]`` (the defaults when None). ``legs`` and
     ``normalize`` (see ``fuse``) are for the benchmarks: the served recall runs
     every leg it can and normalizes whenever the vector leg ran.
     """
     request = parse_request(session, args, defaults)
+    ranking = ranking or Ranking()
     index = session.index
     graph = index.graph
     now = session.clock.now()
@@ -82,7 +84,7 @@ def recall(
     with index.lock:
         anchor = find_dependency_anchor(graph, request.query)
         if anchor is not None:
-            return _dependency_answer(session, request, anchor, defaults, now)
+            return _dependency_answer(session, request, anchor, defaults, now, ranking)
 
     embedder, skipped_leg = (None, None)
     if LEG_VECTOR in legs:
@@ -90,8 +92,8 @@ def recall(
     leg_results = _leg_results(session, request.query, request.top_k, legs, embedder)
 
     with index.lock:
-        scorer = Scorer(session, now)
-        ranked = _ranked(session, request, leg_results, scorer, fusion, rrf_k, normalize)
+        scorer = Scorer(session, now, ranking)
+        ranked = _ranked(session, request, leg_results, scorer, normalize)
         listed = listing or every_hit
         notes = Annotator(
             graph,
@@ -161,12 +163,11 @@ def _ranked(
     request: RecallRequest,
     leg_results: LegResults,
     scorer: Scorer,
-    fusion: str,
-    rrf_k: int,
     normalize: bool | None,
 ) -> list[Candidate]:
     """Fused, scored and ordered candidates, with what expansion reached (lock held)."""
     graph = session.index.graph
+    ranking = scorer.ranking
     shares = None
     if leg_results.keyword and (normalize or (normalize is None and leg_results.vector_ran)):
         shares = {}
@@ -175,9 +176,12 @@ def _ranked(
             concept = graph.concept(node_id)
             if concept is not None:
                 shares[node_id] = coverage(wanted, concept.content)
-    candidates = fuse(leg_results, fusion, rrf_k, normalize=normalize, keyword_coverage=shares)
+    names = _name_shares(graph, request.query, leg_results)
+    candidates = fuse(
+        leg_results, ranking, normalize=normalize, keyword_coverage=shares, names=names
+    )
     live = [c for c in candidates.values() if scorer.score(c)]
-    ranked = order_candidates(live)
+    ranked = order_candidates(live, ranking)
     if request.traversal_depth == 0 or not ranked:
         return ranked
     seeds = [c.node_id for c in ranked[: request.top_k]]
@@ -190,7 +194,24 @@ def _ranked(
         cand = Candidate(node_id, expanded=True)
         if scorer.score(cand):
             extra.append(cand)
-    return order_candidates([*live, *extra]) if extra else ranked
+    return order_candidates([*live, *extra], ranking) if extra else ranked
+
+
+def _name_shares(graph: SessionGraph, query: str, legs: LegResults) -> dict[str, float]:
+    """Each candidate's share of the question's exact names (none asked: empty)."""
+    names = question_names(query)
+    if not names:
+        return {}
+    matcher = NameMatcher(names)
+    matches: dict[str, list[float]] = {}
+    for hits in (legs.named, legs.keyword, legs.vector, legs.recent):
+        for node_id, _ in hits:
+            if node_id in matches:
+                continue
+            concept = graph.concept(node_id)
+            if concept is not None:
+                matches[node_id] = matcher.matches(concept.content)
+    return name_shares(matches)
 
 
 def _dependency_answer(
@@ -199,16 +220,17 @@ def _dependency_answer(
     anchor: DependencyAnchor,
     defaults: RecallDefaults,
     now: float,
+    ranking: Ranking,
 ) -> RecallResult:
     """X's direct dependents, ranked like hits (lock held)."""
     graph = session.index.graph
-    scorer = Scorer(session, now)
+    scorer = Scorer(session, now, ranking)
     cands = []
     for node_id in anchor.dependents:
         cand = Candidate(node_id, relevance=DEPENDENCY_ANSWER_RELEVANCE)
         if scorer.score(cand):
             cands.append(cand)
-    ranked = sorted(cands, key=rank_key)
+    ranked = sorted(cands, key=lambda c: rank_key(c, ranking))
     top = [Pick(c) for c in ranked[: request.top_k]]
     notes = Annotator(graph, now, defaults, scorer.view, caller=request.agent_id)
     blocks, hits, lines = describe(graph, top, defaults, now, traversal=True, notes=notes)

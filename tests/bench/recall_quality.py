@@ -48,7 +48,7 @@ from lambo_core.canon.history import CanonHistory  # noqa: E402
 from lambo_core.canon.rules import CanonRules  # noqa: E402
 from lambo_core.embed.importer import import_model  # noqa: E402
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
-from lambo_core.recall import RecallDefaults, recall  # noqa: E402
+from lambo_core.recall import Ranking, RecallDefaults, recall  # noqa: E402
 from lambo_core.session import EmbedderPlan, Session  # noqa: E402
 from lambo_core.store import SqliteStore  # noqa: E402
 from lambo_core.text import canonical_key  # noqa: E402
@@ -67,6 +67,7 @@ class Config:
     fusion: str = "sum"
     rrf_k: int = 60
     normalize: bool | None = None  # None: as served (rescaled whenever the vector leg ran)
+    standing: str = "tiebreak"
     single: bool = False  # a single-leg baseline
 
 
@@ -86,6 +87,8 @@ CONFIGS = (
     Config("served +recent, max", SERVED, "max"),
     Config("served +recent, rrf k=60", SERVED, "rrf"),
     Config("served +recent, sum (default)", SERVED, "sum"),
+    Config("served, sum, standing half", SERVED, "sum", standing="half"),
+    Config("served, max, standing half (spec)", SERVED, "max", standing="half"),
 )
 
 
@@ -158,8 +161,7 @@ def evaluate(
             session,
             args,
             defaults=defaults,
-            fusion=config.fusion,
-            rrf_k=config.rrf_k,
+            ranking=Ranking(config.fusion, config.rrf_k, config.standing),
             legs=config.legs,
             normalize=config.normalize,
             canon_history=history,
