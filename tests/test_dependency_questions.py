@@ -133,7 +133,11 @@ PHRASINGS: list[tuple[str, str | None]] = [
     ("is the user-uses table safe to delete", "user-uses table"),
     ("does the what-if planner depend on redis", None),
     ("what uses blast radius", None),  # a marker phrase does not anchor
+    # spacing and invisible characters the tokenizer ignores
+    ("is it safe  to delete user schema", "user schema"),  # changed: was ordinary recall
+    ("what us\u200des redis", "redis"),  # changed: was ordinary recall
     # no question about dependents, or nothing named
+    ("how is the user schema used by the API", None),
     ("user schema: what depends on it?", None),  # changed: answered "user schema"
     ("what depends on it", None),
     ("tell me about redis", None),

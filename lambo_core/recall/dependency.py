@@ -51,10 +51,14 @@ _READINGS: dict[str, str] = {
 }
 DEPENDENCY_MARKERS: tuple[tuple[str, ...], ...] = tuple(tuple(p.split()) for p in _READINGS)
 _READING_OF = {tuple(p.split()): reading for p, reading in _READINGS.items()}
-_LONGEST_FIRST = sorted(DEPENDENCY_MARKERS, key=len, reverse=True)
-# Every marker phrase contains one of these (a quick test before tokenizing).
-_MARKER_HINTS = ("depend", "blast", "safe to", "use", "relies", "rely", "break")
-assert all(any(h in " ".join(m) for h in _MARKER_HINTS) for m in DEPENDENCY_MARKERS)
+# By first word, longest first ("blast radius of" before "blast radius").
+_BY_FIRST_WORD: dict[str, list[tuple[str, ...]]] = {}
+for _phrase in sorted(DEPENDENCY_MARKERS, key=len, reverse=True):
+    _BY_FIRST_WORD.setdefault(_phrase[0], []).append(_phrase)
+# Every marker phrase matches this (a quick test before tokenizing): "use" only as a
+# whole word, so "user schema" does not cost a tokenizer pass.
+_MARKER_HINT = re.compile(r"depend|blast|safe\s+to|\buses?\b|\brel(?:y|ies)\b|\bbreaks?\b")
+assert all(_MARKER_HINT.search(" ".join(m)) for m in DEPENDENCY_MARKERS)
 
 
 def _word_set(words: str) -> frozenset[str]:
@@ -118,6 +122,7 @@ def _is_word_char(ch: str) -> bool:
 
 
 _DROPPED_INVISIBLES = frozenset("\u034f\u200c\u200d") | {chr(c) for c in range(0xFE00, 0xFE10)}
+_DROPPED_BY_TOKENS = dict.fromkeys(map(ord, _DROPPED_INVISIBLES))
 
 
 def question_tokens(text: str) -> list[_Token]:
@@ -194,7 +199,7 @@ def _markers(tokens: Sequence[_Token]) -> list[_Marker]:
     folded = [t.folded for t in tokens]
     found: list[_Marker] = []
     for i in range(len(folded)):
-        for phrase in _LONGEST_FIRST:
+        for phrase in _BY_FIRST_WORD.get(folded[i], ()):
             if tuple(folded[i : i + len(phrase)]) == phrase:
                 last = i + len(phrase)
                 found.append(_Marker(i, last, _target(tokens, i, last, _READING_OF[phrase])))
@@ -325,8 +330,7 @@ def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor 
     length; a name before a marker is not its X. A question naming nothing but
     "security group" takes the security group with the most dependents.
     """
-    folded = query.casefold()
-    if not any(hint in folded for hint in _MARKER_HINTS):
+    if not _MARKER_HINT.search(query.casefold().translate(_DROPPED_BY_TOKENS)):
         return None  # no marker phrase can be in it: skip the tokenizer
     text = unicodedata.normalize("NFC", query)
     tokens = question_tokens(text)
