@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from ..model import ConceptType, short_id
@@ -52,9 +53,12 @@ _READINGS: dict[str, str] = {
 DEPENDENCY_MARKERS: tuple[tuple[str, ...], ...] = tuple(tuple(p.split()) for p in _READINGS)
 _READING_OF = {tuple(p.split()): reading for p, reading in _READINGS.items()}
 # By first word, longest first ("blast radius of" before "blast radius").
-_BY_FIRST_WORD: dict[str, list[tuple[str, ...]]] = {}
-for _phrase in sorted(DEPENDENCY_MARKERS, key=len, reverse=True):
-    _BY_FIRST_WORD.setdefault(_phrase[0], []).append(_phrase)
+_BY_FIRST_WORD: Mapping[str, tuple[tuple[str, ...], ...]] = MappingProxyType(
+    {
+        first: tuple(sorted((m for m in DEPENDENCY_MARKERS if m[0] == first), key=len)[::-1])
+        for first in {m[0] for m in DEPENDENCY_MARKERS}
+    }
+)
 # Every marker phrase matches this (a quick test before tokenizing): "use" only as a
 # whole word, so "user schema" does not cost a tokenizer pass.
 _MARKER_HINT = re.compile(r"depend|blast|safe\s+to|\buses?\b|\brel(?:y|ies)\b|\bbreaks?\b")
