@@ -118,6 +118,7 @@ PHRASINGS: list[tuple[str, str | None]] = [
     ("what depends on user schema or the auth middleware", "user schema"),  # nearest after
     # the concept framed by "is X safe to delete" and "X's blast radius"
     ("is the user schema safe to delete?", "user schema"),
+    # changed: answered "user schema" (the name after the marker, not the one it frames)
     ("is the auth middleware safe to delete now that user schema is gone", "auth middleware"),
     ("safe to delete redis?", "redis"),
     ("would it be safe to remove the API", "API"),
