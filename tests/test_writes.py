@@ -78,7 +78,7 @@ def test_applied_receipt_carries_ids_and_counts(pipeline: WritePipeline) -> None
     assert record is not None and record.embedding_contract is not None
     assert record.embedding_contract["dim"] == 384
 
-    again = settled(pipeline, derive(pipeline, c("User  Schema", "entity")))
+    again = settled(pipeline, derive(pipeline, c("user \u200d schema", "entity")))
     assert again.data["matched"] == [schema.id] and again.data["created_count"] == 0
 
 
@@ -228,6 +228,19 @@ def test_keyword_only_session_writes_without_an_embedder() -> None:
     stats = p.stats()
     assert stats["write_queue_applied"] == 1 and stats["write_queue_bound"] == 1024
     assert stats["write_queue_lane_bound"] == 64
+    p.close()
+
+
+def test_texts_differing_only_in_case_are_two_concepts_by_key() -> None:
+    # Keys keep case (#15): with no vectors nothing but the key can join them.
+    p = open_pipeline(MemoryStore(), EmbedderPlan(lazy=None, contract=None))
+    first = settled(p, derive(p, c("Case Test"), c("src/Main.rs", "resource")))
+    again = settled(p, derive(p, c("case test"), c("src/main.rs", "resource"), c("Case  Test")))
+    assert again.data["created_count"] == 2 and again.data["matched"] == first.data["created"][:1]
+    graph = p.session.index.graph
+    assert [x.content for x in graph.concepts_with_key("Case Test")] == ["Case Test"]
+    assert [x.content for x in graph.concepts_with_key("case test")] == ["case test"]
+    assert len(graph.concepts_with_folded_key("case test")) == 2
     p.close()
 
 
