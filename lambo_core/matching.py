@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from .embed.base import DEFAULT_MERGE_THRESHOLD
@@ -169,6 +170,13 @@ _IRREGULAR: Final[dict[str, tuple[str, ...]]] = {
 # --- identifiers, numbers, ordinals, negations ------------------------------------------------
 
 
+_ALL_CAPS_RE = re.compile(r"[A-Z][A-Z0-9]+")
+_CAMEL_RE = re.compile(r"[a-z][A-Z]")
+_VERSION_RE = re.compile(r"v?\d+(\.\d+)+")
+_DOTTED_RE = re.compile(r"\w\.[^\W\d_]")
+_HASH_RE = re.compile(r"(?=[0-9a-f]*\d)[0-9a-f]{7,40}")
+
+
 def _is_identifier(word: str) -> bool:
     """snake_case, CamelCase, ALL-CAPS (2+ letters), paths, dotted versions and names,
     hashes."""
@@ -177,15 +185,11 @@ def _is_identifier(word: str) -> bool:
         return False
     if "_" in core or "/" in core or "\\" in core:
         return True
-    if re.fullmatch(r"[A-Z][A-Z0-9]+", core):
+    if _ALL_CAPS_RE.fullmatch(core) or _CAMEL_RE.search(core) or _VERSION_RE.fullmatch(core):
         return True
-    if re.search(r"[a-z][A-Z]", core):
-        return True
-    if re.fullmatch(r"v?\d+(\.\d+)+", core):
-        return True
-    if re.search(r"\w\.[^\W\d_]", core):
+    if _DOTTED_RE.search(core):
         return True  # a dotted name: session.close, config.toml, .env inside a path
-    return bool(re.fullmatch(r"[0-9a-f]{7,40}", core) and re.search(r"\d", core))
+    return _HASH_RE.fullmatch(core) is not None
 
 
 def identifiers(text: str) -> list[str]:
@@ -354,12 +358,6 @@ def _opposite_sides(words: Sequence[str]) -> dict[int, set[int]]:
     return sides
 
 
-def opposites_differ(words_a: Sequence[str], words_b: Sequence[str]) -> bool:
-    """Both texts use an opposite pair, on different sides ("enable ..." / "disable ...")."""
-    sides_a, sides_b = _opposite_sides(words_a), _opposite_sides(words_b)
-    return any(sides_a[pair] != sides_b[pair] for pair in sides_a.keys() & sides_b.keys())
-
-
 def _shared_order(a: Sequence[str], b: Sequence[str]) -> tuple[list[str], list[str]]:
     """Each text's words that the other also has, first occurrence only, in its own order."""
     shared = set(a) & set(b)
@@ -401,58 +399,92 @@ def roles_swapped(words_a: Sequence[str], words_b: Sequence[str]) -> bool:
     production to staging"). Narrower than ``word_order_differs``: a phrase moved to the
     front ("every 30 seconds the dashboard refreshes") trades no sides, a passive is not
     read as a swap ("Priya approved the doc" / "the doc was approved by Priya"), and
-    neither is a copula ("port 8080 is the
-    default" / "the default is port 8080")."""
+    neither is a copula ("port 8080 is the default" / "the default is port 8080")."""
     pos_a, pos_b = _first_positions(words_a), _first_positions(words_b)
-    shared = [w for w in pos_a if w in pos_b and w not in _ROLELESS]
-    for pivot in shared:
-        pa, pb = pos_a[pivot], pos_b[pivot]
+    shared = sorted((pos_a[w], pos_b[w], w) for w in pos_a if w in pos_b and w not in _ROLELESS)
+    # For the i-th shared word in a's order: the latest b-position of a word before it in a
+    # (some word went from before it to after it) and the earliest of a word after it in a.
+    # Linear, so a long text costs no more than reading it.
+    latest_before = [-1] * len(shared)
+    for i in range(1, len(shared)):
+        latest_before[i] = max(latest_before[i - 1], shared[i - 1][1])
+    earliest_after = [len(words_b)] * len(shared)
+    for i in range(len(shared) - 2, -1, -1):
+        earliest_after[i] = min(earliest_after[i + 1], shared[i + 1][1])
+    for i, (pa, pb, _word) in enumerate(shared):
         if _passive_at(words_a, pa) != _passive_at(words_b, pb):
             continue  # "Priya approved the doc" / "the doc was approved by Priya"
-        went_after = went_before = False
-        for word in shared:
-            if word == pivot:
-                continue
-            before_a, before_b = pos_a[word] < pa, pos_b[word] < pb
-            went_after |= before_a and not before_b
-            went_before |= before_b and not before_a
-            if went_after and went_before:
-                return True
+        if latest_before[i] > pb and earliest_after[i] < pb:
+            return True
     return False
 
 
 # --- the rule ---------------------------------------------------------------------------------
 
 
-def facts_differ(a: str, b: str, *, word_order: bool = False) -> str | None:
-    """Why ``a`` and ``b`` state different facts however close they read, or None.
+@dataclass(frozen=True)
+class Facts:
+    """What the rules read from one text, computed once: a caller comparing one text with
+    many (a recall's hits) keeps each text's ``Facts`` rather than its string."""
+
+    identifiers: tuple[str, ...]
+    numbers: tuple[str, ...]
+    ordinals: tuple[str, ...]
+    negations: frozenset[str]
+    words: tuple[str, ...]
+    opposites: dict[int, set[int]]
+
+    @classmethod
+    def of(cls, text: str) -> Facts:
+        values = _values(text)
+        words = tuple(tokenize(text))
+        return cls(
+            tuple(identifiers(text)),
+            tuple(values.numbers),
+            tuple(values.ordinals),
+            frozenset(negations(text)),
+            words,
+            _opposite_sides(words),
+        )
+
+
+def differ(a: Facts, b: Facts, *, word_order: bool = False) -> str | None:
+    """Why the texts behind ``a`` and ``b`` state different facts, or None.
 
     After identifiers, numbers, ordinals, negations and opposites: two shared words that
     trade sides (``roles_swapped``), or with ``word_order`` (the repeat rule) any change
     in the order of their shared words.
     """
-    if identifiers(a) != identifiers(b):
+    if a.identifiers != b.identifiers:
         return IDENTIFIERS_DIFFER
-    values_a, values_b = _values(a), _values(b)
-    if values_a.numbers != values_b.numbers:
+    if a.numbers != b.numbers:
         return NUMBERS_DIFFER
-    if values_a.ordinals != values_b.ordinals:
+    if a.ordinals != b.ordinals:
         return ORDINALS_DIFFER
-    if negations(a) != negations(b):
+    if a.negations != b.negations:
         return NEGATIONS_DIFFER
-    words_a, words_b = tokenize(a), tokenize(b)
-    if opposites_differ(words_a, words_b):
+    if any(a.opposites[p] != b.opposites[p] for p in a.opposites.keys() & b.opposites.keys()):
         return OPPOSITES_DIFFER
-    if word_order and word_order_differs(words_a, words_b):
+    if word_order and word_order_differs(a.words, b.words):
         return WORD_ORDER_DIFFERS
-    if roles_swapped(words_a, words_b):
+    if roles_swapped(a.words, b.words):
         return ROLES_SWAPPED
     return None
 
 
+def facts_differ(a: str, b: str, *, word_order: bool = False) -> str | None:
+    """``differ`` on two texts."""
+    return differ(Facts.of(a), Facts.of(b), word_order=word_order)
+
+
+def merge_refused(a: Facts, b: Facts) -> str | None:
+    """``merge_forbidden`` on texts already read: the merge checks no word order."""
+    return differ(a, b)
+
+
 def merge_forbidden(a: str, b: str) -> str | None:
     """Why ``a`` and ``b`` must stay two concepts however close their vectors, or None."""
-    return facts_differ(a, b)
+    return merge_refused(Facts.of(a), Facts.of(b))
 
 
 def resolve_merge_threshold(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 import numpy as np
 
-from .matching import facts_differ
+from .matching import Facts, differ, facts_differ
 from .model import EdgeType, Vector, short_id
 from .text import visible_nfc
 
@@ -147,6 +147,7 @@ class _RepeatChecker:
         self.threshold = threshold
         self.vector_of = vector_of
         self._keys: dict[str, str | None] = {}
+        self._facts: dict[str, Facts] = {}  # read from each hit's key once, not once a pair
         self._vectors: dict[str, Vector | None] = {}
 
     def first_repeated(self, node_id: str, taken: Sequence[str]) -> tuple[str, Signal] | None:
@@ -196,7 +197,16 @@ class _RepeatChecker:
         for edge_type in _NEVER_REPEAT_EDGES:
             if graph.edge(a, b, edge_type) or graph.edge(b, a, edge_type):
                 return True
-        return repeat_forbidden(key_a, key_b) is not None
+        if key_a == key_b:
+            return False  # the same text: nothing in it can differ (repeat_forbidden's rule)
+        return (
+            differ(self._facts_of(a, key_a), self._facts_of(b, key_b), word_order=True) is not None
+        )
+
+    def _facts_of(self, node_id: str, key: str) -> Facts:
+        if node_id not in self._facts:
+            self._facts[node_id] = Facts.of(key)
+        return self._facts[node_id]
 
 
 def also_label(skipped: Sequence[Skipped]) -> str:

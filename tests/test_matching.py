@@ -8,6 +8,8 @@ numbers and negation words); each is a fact a similarity merge would have lost.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lambo_core.index.keywords import tokenize
 from lambo_core.matching import (
@@ -178,3 +180,28 @@ def test_roles_swapped_reads_the_pivot_both_ways() -> None:
     assert not roles_swapped(tokenize("Alice reports to Bob"), tokenize("Alice reports to Bob"))
     assert not roles_swapped(tokenize("X is Y"), tokenize("Y is X"))  # no pivot but a copula
     assert not roles_swapped(tokenize("a b"), tokenize("b a"))  # two words, no third
+
+
+def _swapped_by_definition(a: list[str], b: list[str]) -> bool:
+    """roles_swapped read literally: a pivot with one shared word moving from before it to
+    after it and another moving the other way (first occurrences, passives skipped)."""
+    pos_a = {w: i for i, w in reversed(list(enumerate(a)))}
+    pos_b = {w: i for i, w in reversed(list(enumerate(b)))}
+    shared = [w for w in pos_a if w in pos_b and w not in {"the", "is"}]
+    aux = {"is"}
+    for p in shared:
+        if (pos_a[p] > 0 and a[pos_a[p] - 1] in aux) != (pos_b[p] > 0 and b[pos_b[p] - 1] in aux):
+            continue
+        after = any(pos_a[w] < pos_a[p] and pos_b[w] > pos_b[p] for w in shared)
+        before = any(pos_a[w] > pos_a[p] and pos_b[w] < pos_b[p] for w in shared)
+        if after and before:
+            return True
+    return False
+
+
+WORDS = st.lists(st.sampled_from(["x", "y", "z", "w", "the", "is"]), max_size=7)
+
+
+@given(WORDS, WORDS)
+def test_property_roles_swapped_is_its_definition(a: list[str], b: list[str]) -> None:
+    assert roles_swapped(a, b) is _swapped_by_definition(a, b)

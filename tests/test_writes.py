@@ -244,6 +244,34 @@ def test_texts_differing_only_in_case_are_two_concepts_by_key() -> None:
     p.close()
 
 
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        # the two (MiniLM cosine 0.839 and 0.861, over its 0.73 threshold)
+        (
+            "the third decision: keep SQLite for the store",
+            "the fourth decision: keep SQLite for the store",
+        ),
+        ("tokens expire after one hour", "tokens expire after ninety minutes instead"),
+        ("the build passed on main", "the build failed on main"),
+        ("the API depends on the cache", "the cache depends on the API"),
+    ],
+)
+def test_a_near_match_that_changes_a_fact_is_not_merged(
+    pipeline: WritePipeline, older: str, newer: str
+) -> None:
+    first = settled(pipeline, derive(pipeline, c(older)))
+    other = settled(pipeline, derive(pipeline, c(newer)))
+    assert other.data["created_count"] == 1 and other.data["semantic_merged"] == 0
+    assert first.data["created"] != other.data["created"]
+
+
+def test_the_same_number_spelled_two_ways_merges(pipeline: WritePipeline) -> None:
+    first = settled(pipeline, derive(pipeline, c("flush retries three times")))
+    again = settled(pipeline, derive(pipeline, c("the flush retries 3 times")))
+    assert again.data["matched"] == first.data["created"] and again.data["semantic_merged"] == 1
+
+
 def test_similar_wording_merges_but_different_numbers_do_not(pipeline: WritePipeline) -> None:
     first = settled(pipeline, derive(pipeline, c("the embedder listens on port 8080")))
     other = settled(pipeline, derive(pipeline, c("the embedder listens on port 8081")))
