@@ -125,7 +125,7 @@ def main() -> None:
         vb = embedder.embed([p["b"] for p in pairs])
     cosines = [float(x @ y) for x, y in zip(va, vb, strict=True)]
     same = sum(1 for p in pairs if p["same"])
-    print(f"{len(pairs)} pairs ({same} same fact, {len(pairs) - same} different facts); ")
+    print(f"{len(pairs)} pairs ({same} same fact, {len(pairs) - same} different facts)")
     print(f"MiniLM int8 merge threshold {threshold:.2f}\n")
     rows: dict[tuple[bool, str], list[int]] = defaultdict(list)
     for i, pair in enumerate(pairs):
