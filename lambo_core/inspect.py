@@ -24,7 +24,14 @@ from .model import Concept, Edge, EdgeType, Status, short_id
 from .recall.legs import keyword_query
 from .recall.lines import contradicted_line, rests_on_lines
 from .references import MAX_LISTED_CANDIDATES, match_reference
-from .text import canonical_key, check_agent_id, check_string, format_rfc3339, show_safely
+from .text import (
+    canonical_key,
+    check_agent_id,
+    check_string,
+    fold_case,
+    format_rfc3339,
+    show_safely,
+)
 
 if TYPE_CHECKING:
     from .session import Session
@@ -202,14 +209,15 @@ def resolve_focus(
     exact = resolve_exactly(graph, focus)
     if exact is not None:
         return exact
-    key = canonical_key(focus)
+    # The substring leg ignores case, as it did before keys kept case; the exact leg does not.
+    key = fold_case(canonical_key(focus))
     scan: ScanNote | None = None
     if len(graph) > SCAN_CAP:
         pool = scan_subset(graph, pillars or ())
         scan = ScanNote(len(pool), len(graph))
     else:
         pool = list(graph.iter_concepts())
-    found = [c for c in pool if key in c.canonical_key]
+    found = [c for c in pool if key in fold_case(c.canonical_key)]
     return Resolution("substring", _closest_first(found), scan=scan)
 
 

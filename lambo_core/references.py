@@ -1,7 +1,8 @@
 """Reference resolution: how a depends_on / against entry names an existing concept.
 
 One reading for every tool that takes references: a node id, then an 8-hex short id, then
-the canonical key of the text; never a substring, never a guess. ``match_reference`` says
+the canonical key of the text (as written, else in any case); never a substring, never a
+guess. ``match_reference`` says
 what a reference names, ``resolve_reference`` demands exactly one concept; a refusal is a
 ``ReferenceRefused`` ending "; nothing was written". Spec: lambo_derive, depends_on/against.
 """
@@ -15,7 +16,7 @@ from typing import Literal, Protocol
 
 from lambo_core.errors import ReferenceRefused
 from lambo_core.model import Concept, short_id
-from lambo_core.text import canonical_key, show_safely
+from lambo_core.text import canonical_key, fold_case, show_safely
 
 # How much of a reference and of a candidate's content a refusal shows.
 SHOWN_REFERENCE_CHARS = 80
@@ -42,6 +43,10 @@ class ConceptLookup(Protocol):
 
     def concepts_with_key(self, canonical_key: str) -> list[Concept]:
         """Concepts whose canonical key is exactly this one."""
+        ...
+
+    def concepts_with_folded_key(self, folded: str) -> list[Concept]:
+        """Concepts whose canonical key, case folded (``text.fold_case``), is this one."""
         ...
 
     def is_interaction(self, some_id: str) -> bool:
@@ -92,7 +97,12 @@ def match_reference(ref: str, lookup: ConceptLookup) -> ReferenceMatch:
         if lookup.is_interaction(node_id):
             return ReferenceMatch("node_id", (), interaction=True)
         # A hyphenated id that names nothing here is ordinary text.
-    by_key = _ordered(lookup.concepts_with_key(canonical_key(ref)))
+    key = canonical_key(ref)
+    # The text as written first (keys keep case); then, as references always have, the text
+    # in any case, which names several concepts when they differ only in case.
+    by_key = _ordered(
+        lookup.concepts_with_key(key) or lookup.concepts_with_folded_key(fold_case(key))
+    )
     if not by_key and _SHORT_ID_RE.fullmatch(bare):
         # The text names no concept, so the 8 hex characters are a short id.
         return ReferenceMatch("short_id", _ordered(lookup.concepts_with_prefix(bare.lower())))

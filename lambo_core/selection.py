@@ -1,8 +1,9 @@
 """Duplicate hits: the ``[selection] skip_redundant`` rule of lambo_recall (#181).
 
 A hit repeating one already taken is skipped and named on the hit kept (``also``);
-near texts that differ in an identifier, a number, a negation or an opposite are
-different facts and never repeats, and a hit with a warning line of its own is never
+near texts that differ in an identifier, a number, an ordinal, a negation, an opposite or
+the order of their shared words are different facts and never repeats (the rules live in
+``matching``, shared with the merge guard), and a hit with a warning line of its own is never
 skipped (spec: lambo_recall, Duplicate hits).
 """
 
@@ -14,8 +15,7 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 import numpy as np
 
-from .index.keywords import tokenize
-from .matching import merge_forbidden
+from .matching import Facts, differ, facts_differ
 from .model import EdgeType, Vector, short_id
 from .text import visible_nfc
 
@@ -35,120 +35,23 @@ ALSO_SHOWN = 3  # ids the label names before "+N more"
 # A pair joined by one of these (either way) is never a repeat: the two must both show.
 _NEVER_REPEAT_EDGES = (EdgeType.CONTRADICTS, EdgeType.SUPERSEDES_SUSPECTED)
 
-# A word against its opposite: texts that differ this way state different facts.
-OPPOSITE_PAIRS: Final[tuple[tuple[str, str], ...]] = (
-    ("enable", "disable"),
-    ("allow", "deny"),
-    ("add", "remove"),
-    ("start", "stop"),
-    ("open", "close"),
-    ("true", "false"),
-    ("on", "off"),
-    ("increase", "decrease"),
-    ("min", "max"),
-    ("minimum", "maximum"),
-    ("before", "after"),
-    ("accept", "reject"),
-    ("include", "exclude"),
-    ("show", "hide"),
-    ("lock", "unlock"),
-    ("grant", "revoke"),
-    ("upper", "lower"),
-    ("higher", "lower"),
-    ("first", "last"),
-    ("pass", "fail"),
-    ("succeed", "fail"),
-    ("success", "failure"),
-    ("valid", "invalid"),
-    ("above", "below"),
-    ("more", "less"),
-    ("import", "export"),
-    ("input", "output"),
-    ("connect", "disconnect"),
-    ("install", "uninstall"),
-    ("encrypt", "decrypt"),
-    ("online", "offline"),
-    ("public", "private"),
-    ("sync", "async"),
-    ("required", "optional"),
-    ("ascending", "descending"),
-)
-# Inflections the regular rules below miss.
-_IRREGULAR: Final[dict[str, tuple[str, ...]]] = {
-    "show": ("shown",),
-    "hide": ("hid", "hidden"),
-}
-
-
-def _forms(word: str) -> set[str]:
-    """``word`` and its regular inflections (enables, enabled, enabling, stopped, denied)."""
-    forms = {word, word + "s", word + "es", word + "ed", word + "ing"}
-    if word.endswith("e"):
-        forms |= {word + "d", word[:-1] + "ing"}
-    if word.endswith("y") and word[-2:-1] not in "aeiou":
-        forms |= {word[:-1] + "ies", word[:-1] + "ied"}
-    if len(word) >= 3 and word[-1] not in "aeiouwxy" and word[-2] in "aeiou":
-        forms |= {word + word[-1] + "ed", word + word[-1] + "ing"}
-    return forms | set(_IRREGULAR.get(word, ()))
-
-
-def _opposite_index() -> dict[str, tuple[tuple[int, int], ...]]:
-    index: dict[str, set[tuple[int, int]]] = {}
-    for pair, words in enumerate(OPPOSITE_PAIRS):
-        for side, word in enumerate(words):
-            for form in _forms(word):
-                index.setdefault(form, set()).add((pair, side))
-    return {form: tuple(sorted(sides)) for form, sides in index.items()}
-
-
-_OPPOSITES: Final = _opposite_index()
-
 
 def same_text_key(text: str) -> str:
     """``text`` with invisible characters dropped and whitespace runs made one space; case kept."""
     return " ".join(visible_nfc(text).split())
 
 
-def _opposite_sides(words: Sequence[str]) -> dict[int, set[int]]:
-    """For each opposite pair a text uses, which of its two sides it uses."""
-    sides: dict[int, set[int]] = {}
-    for word in words:
-        for pair, side in _OPPOSITES.get(word, ()):
-            sides.setdefault(pair, set()).add(side)
-    return sides
-
-
-def _shared_order(a: Sequence[str], b: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Each text's words that the other also has, first occurrence only, in its own order."""
-    shared = set(a) & set(b)
-    return (
-        list(dict.fromkeys(w for w in a if w in shared)),
-        list(dict.fromkeys(w for w in b if w in shared)),
-    )
-
-
 def repeat_forbidden(a: str, b: str) -> str | None:
     """Why texts ``a`` and ``b`` are never one hit repeated, or None.
 
-    The merge guards (identifiers, numbers, negations), plus a word against
-    its opposite and the order of their shared words: "A depends on B" and
-    "B depends on A" are near in every signal and opposite in meaning.
+    The merge guards (``matching.facts_differ``: identifiers, numbers, ordinals,
+    negations, opposites), plus the order of their shared words: "A depends on B"
+    and "B depends on A" are near in every signal and opposite in meaning.
     """
     a, b = same_text_key(a), same_text_key(b)
     if a == b:
         return None
-    reason = merge_forbidden(a, b)
-    if reason is not None:
-        return reason
-    words_a, words_b = tokenize(a), tokenize(b)
-    sides_a, sides_b = _opposite_sides(words_a), _opposite_sides(words_b)
-    for pair in sides_a.keys() & sides_b.keys():
-        if sides_a[pair] != sides_b[pair]:
-            return "opposite words differ"
-    order_a, order_b = _shared_order(words_a, words_b)
-    if order_a != order_b:
-        return "word order differs"
-    return None
+    return facts_differ(a, b, word_order=True)
 
 
 @dataclass(frozen=True)
@@ -244,6 +147,7 @@ class _RepeatChecker:
         self.threshold = threshold
         self.vector_of = vector_of
         self._keys: dict[str, str | None] = {}
+        self._facts: dict[str, Facts] = {}  # read from each hit's key once, not once a pair
         self._vectors: dict[str, Vector | None] = {}
 
     def first_repeated(self, node_id: str, taken: Sequence[str]) -> tuple[str, Signal] | None:
@@ -293,7 +197,16 @@ class _RepeatChecker:
         for edge_type in _NEVER_REPEAT_EDGES:
             if graph.edge(a, b, edge_type) or graph.edge(b, a, edge_type):
                 return True
-        return repeat_forbidden(key_a, key_b) is not None
+        if key_a == key_b:
+            return False  # the same text: nothing in it can differ (repeat_forbidden's rule)
+        return (
+            differ(self._facts_of(a, key_a), self._facts_of(b, key_b), word_order=True) is not None
+        )
+
+    def _facts_of(self, node_id: str, key: str) -> Facts:
+        if node_id not in self._facts:
+            self._facts[node_id] = Facts.of(key)
+        return self._facts[node_id]
 
 
 def also_label(skipped: Sequence[Skipped]) -> str:

@@ -17,14 +17,22 @@ import numpy as np
 
 from .index.graph import SessionGraph
 from .index.vectors import VectorMatrix
-from .matching import MERGE_CANDIDATES, merge_forbidden
+from .matching import (
+    IDENTIFIERS_DIFFER,
+    MERGE_CANDIDATES,
+    NUMBERS_DIFFER,
+    ORDINALS_DIFFER,
+    merge_forbidden,
+)
 from .model import Concept, ConceptType, EdgeType
 from .text import has_image_suffix
 
 # The types a concept may replace (and be replaced) within; replacement candidates too.
 REPLACEABLE_TYPES = frozenset({ConceptType.LOGIC, ConceptType.CONSTRAINT, ConceptType.OBSERVATION})
 # Only a merge refused for these reasons can flag a possible supersession (#198).
-SUPERSEDE_REASONS = frozenset({"identifiers differ", "numbers differ"})
+# Number words and ordinals count as numbers: "ninety minutes" for "one hour", or "its fourth
+# week" for "its third week", is one value changed.
+SUPERSEDE_REASONS = frozenset({IDENTIFIERS_DIFFER, NUMBERS_DIFFER, ORDINALS_DIFFER})
 SCAN_CHUNK = 1024  # rows per block of the all-pairs similarity scan
 
 
@@ -51,7 +59,8 @@ def comparable(ctype: ConceptType, other: Concept) -> bool:
 def flags(a: Side, b: Side, linked: Callable[[str, str], bool]) -> tuple[Side, Side] | None:
     """``(newer, older)`` when the rule flags the pair of comparable concepts, else None.
 
-    Flagged: dated apart, a merge refused because an identifier or a number differs,
+    Flagged: dated apart, a merge refused because an identifier, a number or an ordinal
+    differs,
     no against or depends_on between them (``linked``), and the two texts differ in
     exactly one value after the predicate.
     """
@@ -67,28 +76,84 @@ def flags(a: Side, b: Side, linked: Callable[[str, str], bool]) -> tuple[Side, S
     return newer, older
 
 
+# Words that end a fact's subject: copulas, auxiliaries and modals, and the verbs agent facts
+# most often state a value with. Deliberately short and readable; a text with none of them
+# falls back to "the first word, or a determiner and the word after it".
+_PREDICATE_WORDS = frozenset(
+    " ".join(
+        (
+            "is are was were be been being am",
+            "has have had does do did will would shall should can could may might must",
+            "uses use used listens listen returns return equals equal runs run takes take",
+            "needs need requires require expires expire defaults default points point lives",
+            "holds stores sends calls reads writes waits retries caps limits allows binds",
+            "serves starts stops costs lasts contains depends belongs means becomes became",
+            "stays remains goes gets sets keeps shows targets ships supports handles expects",
+            "accepts rejects refuses fails passes applies changed changes moved moves lands",
+            "flushes logs prints emits builds deploys pins bumps",
+            "passed failed ran took returned listened started stopped expired timed",
+        )
+    ).split()
+)
+_SEPARATORS = frozenset({":", "=", "->", "=>", "→", "—", "–", "-"})
+_DETERMINERS = frozenset(
+    " ".join(("the a an this that these those", "our its their my your his her each every")).split()
+)
+
+
 def _tokens(text: str) -> list[str]:
-    return unicodedata.normalize("NFC", text).split()
+    """Whitespace tokens after NFC, with ``key=value`` split after its ``=`` (``timeout=``,
+    ``30``), so a value glued to its key is a token of its own."""
+    out: list[str] = []
+    for token in unicodedata.normalize("NFC", text).split():
+        key, eq, value = token.partition("=")
+        if eq and key and value:
+            out.extend((key + eq, value))
+        else:
+            out.append(token)
+    return out
+
+
+def subject_length(tokens: list[str]) -> int:
+    """How many leading tokens are the subject: everything before the predicate.
+
+    The predicate starts at the first copula, auxiliary or listed verb (``is``, ``has``,
+    ``listens``, ``returns`` ...), which is not part of the subject, or just after the first
+    token ending in ``:`` or ``=`` or a separator token (``:``, ``=``, ``->``), which is
+    (``verdict:`` keys the value after it). With none, the subject is the first token, or a
+    determiner and the token after it, and the next token too when it holds a digit (a name
+    and its number: "build 7 ...").
+    """
+    for i, token in enumerate(tokens):
+        if token in _SEPARATORS or (len(token) > 1 and token[-1] in ":="):
+            return i + 1
+        if token.casefold() in _PREDICATE_WORDS:
+            return i
+    length = 2 if len(tokens) > 2 and tokens[0].casefold() in _DETERMINERS else 1
+    if length < len(tokens) - 1 and any(ch.isdigit() for ch in tokens[length]):
+        length += 1  # a name and its number: "build 7 ...", "the job 12 ..."
+    return length
 
 
 def one_value_changed(newer: str, older: str) -> bool:
     """Whether two texts differ in exactly one value after the predicate (#198).
 
-    A deliberately small rule: split both on whitespace (after NFC); they must
-    have the same number of tokens and differ at exactly one position, and that
-    position must not be the first token. "the embedder listens on port 8080"
-    and "... port 8081" qualify; "J1 round-1 verdict: pass" and "J2 round-1
-    verdict: pass" (a change before the predicate: a different subject, not a
-    new value) and two values changed at once do not. The first token stands
-    in for "before the predicate"; tokens compare exactly (case counts, as it
-    does for identifiers). The merge guard (identifiers or numbers differ)
-    decides that the changed token is a value.
+    A deliberately small rule: tokens as ``_tokens`` reads them; the texts must have the
+    same number of tokens and differ at exactly one position, and that position must be
+    past the subject of both (``subject_length``). "the embedder listens on port 8080" and
+    "... port 8081" qualify; "J1 round-1 verdict: pass" / "J2 round-1 verdict: pass" and
+    "the J1 round-1 verdict is pass" / "the J2 ..." (a change before the predicate: a
+    different subject, not a new value) and two values changed at once do not. Tokens
+    compare exactly (case counts, as it does for identifiers). The merge guard
+    (identifiers or numbers differ) decides that the changed token is a value.
     """
     a, b = _tokens(newer), _tokens(older)
     if len(a) != len(b) or len(a) < 2:
         return False
     diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
-    return len(diff) == 1 and diff[0] != 0
+    if len(diff) != 1:
+        return False
+    return diff[0] >= max(subject_length(a), subject_length(b))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The rules of text: what lambo accepts in a string, and how it compares two.
 
 Every string a caller sends passes ``check_string`` (or ``check_agent_id``) before anything
-else reads it; ``canonical_key`` says when two texts are one concept. Spec: "What Lambo
+else reads it; ``canonical_key`` says when two texts are one concept (case kept). Spec: "What Lambo
 accepts in text". The decisions the spec leaves open are in docs/design.md (text).
 """
 
@@ -298,30 +298,25 @@ def format_rfc3339(ts: float) -> str:
 # --- canonical keys -------------------------------------------------------------
 
 
-def _key_pass(text: str) -> str:
-    text = unicodedata.normalize("NFC", text)
-    text = _ALLOWED_INVISIBLE_RE.sub("", text)
-    text = unicodedata.normalize("NFC", text.casefold())
-    return " ".join(text.split())
-
-
 def canonical_key(text: str) -> str:
     """The key under which identical-looking texts are one concept.
 
-    NFC, drop the allowed invisibles (ZWJ, ZWNJ, variation selectors, CGJ),
-    casefold, collapse every run of Unicode whitespace to one space and strip.
-    Word order is kept and nothing is stemmed: "A depends on B" and
-    "B depends on A" are different keys. Idempotent.
+    NFC, drop the allowed invisibles (ZWJ, ZWNJ, variation selectors, CGJ), NFC again
+    (a dropped joiner can let two marks compose), collapse every run of Unicode whitespace
+    to one space and strip. Case is kept: "Case Test" and "case test" look different and
+    are two concepts, as src/Main.rs and src/main.rs are two files (spec: "Case counts").
+    Word order is kept and nothing is stemmed: "A depends on B" and "B depends on A" are
+    different keys. Idempotent.
     """
-    key = _key_pass(text)
-    # Casefolding can leave text that folds or composes once more (rare
-    # combining-mark cases); repeat until stable so the key is idempotent.
-    for _ in range(4):
-        again = _key_pass(key)
-        if again == key:
-            break
-        key = again
-    return key
+    text = _ALLOWED_INVISIBLE_RE.sub("", unicodedata.normalize("NFC", text))
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def fold_case(key: str) -> str:
+    """A canonical key with case folded, for the lookups the spec makes case-blind: a
+    dependency question names a concept "ignoring case after NFC", and inspect's
+    substring focus matches whatever the case."""
+    return unicodedata.normalize("NFC", key.casefold())
 
 
 # --- concept types ---------------------------------------------------------------

@@ -215,9 +215,15 @@ def test_hierarchy_cycle_is_a_store_error(graph: SessionGraph) -> None:
         "store error: parent_of would close a Hierarchical cycle (the hierarchy must stay "
         "acyclic); nothing was written"
     )
-    own_loop = [{"parent": "x", "child": "y"}, {"parent": "Y", "child": "x"}]
+    own_loop = [{"parent": "x", "child": "y"}, {"parent": "y", "child": "x"}]
     assert "Hierarchical cycle" in refused(
         StoreError, derive, graph, concepts=one(), parent_of=own_loop
+    )
+    # Keys keep case: "Y" is not "y", so this is a chain, not a loop.
+    derive(
+        graph,
+        concepts=one(),
+        parent_of=[{"parent": "x", "child": "y"}, {"parent": "Y", "child": "x"}],
     )
 
 

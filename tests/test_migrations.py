@@ -176,3 +176,32 @@ def test_a_version_3_lease_row_upgrades_with_no_socket_recorded(tmp_path: Path) 
         assert again is not None and again.socket == "/tmp/lambo-7/lambo-x.sock"
     finally:
         store.close()
+
+
+def test_version_5_recomputes_every_key_with_case_kept(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    conn = connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    assert migrate(conn, upto=4) == [1, 2, 3, 4]
+    conn.execute("INSERT INTO sessions(name, created_at) VALUES ('old', ?)", (T0,))
+    # keys as a version-4 lambo wrote them: casefolded, invisibles dropped, spacing collapsed
+    rows = ((A, "Lease  TTL is 45s", "lease ttl is 45s"), (B, "src/Main.rs\u200d", "src/main.rs"))
+    for node, text, key in rows:
+        conn.execute(
+            "INSERT INTO concepts(id, session, content, canonical_key, concept_type, status, "
+            "created_at, about_time, agent_id) "
+            "VALUES (?, 'old', ?, ?, 'logic', 'none', ?, ?, 'agent-a')",
+            (node, text, key, T0, T0),
+        )
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.migrations_applied == list(range(5, LATEST_VERSION + 1))
+        keys = {c.id: c.canonical_key for c in store.concepts("old")}
+        assert keys == {A: "Lease TTL is 45s", B: "src/Main.rs"}
+        # the content and its keyword index are untouched
+        contents = {c.id: c.content for c in store.concepts("old")}
+        assert contents == {A: "Lease  TTL is 45s", B: "src/Main.rs\u200d"}
+        assert [n for n, _ in store.keyword_index("old").search("lease", 5)] == [A]
+    finally:
+        store.close()

@@ -24,7 +24,7 @@ from lambo_core.references import (
     resolve_reference,
     still_names,
 )
-from lambo_core.text import canonical_key
+from lambo_core.text import canonical_key, fold_case
 
 FIELD = "concepts[0].depends_on[0]"
 
@@ -62,6 +62,9 @@ class FakeLookup:
 
     def concepts_with_key(self, key: str) -> list[Concept]:
         return [c for c in self.by_id.values() if c.canonical_key == key]
+
+    def concepts_with_folded_key(self, folded: str) -> list[Concept]:
+        return [c for c in self.by_id.values() if fold_case(c.canonical_key) == folded]
 
     def is_interaction(self, some_id: str) -> bool:
         return some_id in self.interactions
@@ -190,10 +193,12 @@ def test_short_id_shared_by_several_lists_full_ids(graph: FakeLookup) -> None:
 
 
 def test_content_matching_several_lists_short_ids(graph: FakeLookup) -> None:
+    # Text as written names its concept; in a third case it names both.
     graph.add("feedface-0000-4000-8000-000000000003", "The embedder listens on port 8080", 3.0)
-    message = refused("the embedder listens on port 8080", graph)
+    assert resolve_reference(FIELD, "the embedder listens on port 8080", graph).id == OTHER_ID
+    message = refused("THE embedder listens on port 8080", graph)
     assert message == (
-        f'{FIELD} "the embedder listens on port 8080" matches several: '
+        f'{FIELD} "THE embedder listens on port 8080" matches several: '
         '1a2b3c4d "the embedder listens on port 8080", '
         'feedface "The embedder listens on port 8080"; name one by its id; nothing was written'
     )
@@ -239,8 +244,10 @@ def test_candidate_content_is_shown_safely() -> None:
 
 def test_self_reference(graph: FakeLookup) -> None:
     resolved = resolve_reference(FIELD, "8baad4e0", graph)
+    # Keys keep case: the same text in capitals is another concept, not this one.
+    check_not_self(FIELD, "8baad4e0", resolved, canonical_key(resolved.content.upper()))
     with pytest.raises(ReferenceRefused) as info:
-        check_not_self(FIELD, "8baad4e0", resolved, canonical_key(resolved.content.upper()))
+        check_not_self(FIELD, "8baad4e0", resolved, canonical_key(f"  {resolved.content}\u200d"))
     assert info.value.message == (
         f'{FIELD} "8baad4e0" names the concept itself; nothing was written'
     )
@@ -294,10 +301,21 @@ def test_still_names(graph: FakeLookup) -> None:
 
 
 def test_still_names_text_shadowed(graph: FakeLookup) -> None:
-    ref = "the embedder listens on port 8080"
+    # Text in another case names its concept while it is the only one in any case; a second
+    # concept differing only in case shadows it.
+    ref = "THE embedder listens on port 8080"
     assert still_names(ref, OTHER_ID, graph)
-    graph.add("33333333-0000-4000-8000-000000000003", "THE embedder listens on port 8080", 9.0)
+    graph.add("33333333-0000-4000-8000-000000000003", "The Embedder listens on port 8080", 9.0)
     assert not still_names(ref, OTHER_ID, graph)
+
+
+def test_text_as_written_wins_over_text_in_another_case(graph: FakeLookup) -> None:
+    graph.add("33333333-0000-4000-8000-000000000003", "THE embedder listens on port 8080", 9.0)
+    assert still_names("the embedder listens on port 8080", OTHER_ID, graph)
+    found = resolve_reference(FIELD, "THE embedder listens on port 8080", graph)
+    assert found.id == "33333333-0000-4000-8000-000000000003"
+    message = refused("The Embedder Listens On Port 8080", graph)
+    assert "matches several: " in message and "1a2b3c4d" in message and "33333333" in message
 
 
 # --- properties ---------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import pytest
 
 from lambo_core.config import load_config
 from lambo_core.index.graph import SessionGraph
+from lambo_core.matching import OPPOSITE_PAIRS
 from lambo_core.model import Concept, ConceptType, Edge, EdgeType, Vector
 from lambo_core.selection import (
-    OPPOSITE_PAIRS,
     SIGNAL_COSINE,
     SIGNAL_SAME_CONTENT,
     SIGNAL_SEMANTIC_EDGE,

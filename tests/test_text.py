@@ -22,6 +22,7 @@ from lambo_core.text import (
     classify_char,
     describe_codepoint,
     find_refused,
+    fold_case,
     format_rfc3339,
     has_image_suffix,
     parse_event_time,
@@ -432,12 +433,30 @@ def test_property_format_then_parse_round_trips(seconds: int) -> None:
 # --- canonical keys -----------------------------------------------------------------
 
 
-def test_canonical_key_folds_case_whitespace_and_allowed_invisibles() -> None:
-    assert canonical_key("  Lease   TTL\tis\n45s  ") == "lease ttl is 45s"
-    assert canonical_key("STRASSE") == canonical_key("straße")
+def test_canonical_key_folds_whitespace_and_allowed_invisibles_and_keeps_case() -> None:
+    assert canonical_key("  Lease   TTL\tis\n45s  ") == "Lease TTL is 45s"
     assert canonical_key("lea\u200dse tt\u200cl") == "lease ttl"
     assert canonical_key("a\u034fb\ufe0f") == "ab"
     assert canonical_key("a\u00a0b\u3000c\u2028d") == "a b c d"
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Case Test", "case test"),  # the pair: two concepts now
+        ("src/Main.rs", "src/main.rs"),  # spec, repository-scoped paths: "Case counts"
+        ("STRASSE", "straße"),
+        ("LAMBO-131 is flaky", "lambo-131 is flaky"),
+    ],
+)
+def test_canonical_key_keeps_case(a: str, b: str) -> None:
+    assert canonical_key(a) != canonical_key(b)
+    assert fold_case(canonical_key(a)) == fold_case(canonical_key(b))
+
+
+def test_fold_case_is_the_old_casefolded_key() -> None:
+    assert fold_case(canonical_key("  Lease   TTL\tis\n45s  ")) == "lease ttl is 45s"
+    assert fold_case(canonical_key(unicodedata.normalize("NFD", "CAFÉ"))) == "café"
 
 
 def test_canonical_key_keeps_word_order_and_does_not_stem() -> None:
@@ -447,7 +466,7 @@ def test_canonical_key_keeps_word_order_and_does_not_stem() -> None:
 
 
 def test_canonical_key_unifies_nfd_and_nfc() -> None:
-    assert canonical_key(unicodedata.normalize("NFD", "Café")) == canonical_key("café")
+    assert canonical_key(unicodedata.normalize("NFD", "Café")) == canonical_key("Café")
 
 
 ALLOWED_INVISIBLE_CHARS = st.sampled_from([chr(cp) for cp in ALLOWED_INVISIBLES])

@@ -78,7 +78,7 @@ def test_applied_receipt_carries_ids_and_counts(pipeline: WritePipeline) -> None
     assert record is not None and record.embedding_contract is not None
     assert record.embedding_contract["dim"] == 384
 
-    again = settled(pipeline, derive(pipeline, c("User  Schema", "entity")))
+    again = settled(pipeline, derive(pipeline, c("user \u200d schema", "entity")))
     assert again.data["matched"] == [schema.id] and again.data["created_count"] == 0
 
 
@@ -229,6 +229,47 @@ def test_keyword_only_session_writes_without_an_embedder() -> None:
     assert stats["write_queue_applied"] == 1 and stats["write_queue_bound"] == 1024
     assert stats["write_queue_lane_bound"] == 64
     p.close()
+
+
+def test_texts_differing_only_in_case_are_two_concepts_by_key() -> None:
+    # Keys keep case (#15): with no vectors nothing but the key can join them.
+    p = open_pipeline(MemoryStore(), EmbedderPlan(lazy=None, contract=None))
+    first = settled(p, derive(p, c("Case Test"), c("src/Main.rs", "resource")))
+    again = settled(p, derive(p, c("case test"), c("src/main.rs", "resource"), c("Case  Test")))
+    assert again.data["created_count"] == 2 and again.data["matched"] == first.data["created"][:1]
+    graph = p.session.index.graph
+    assert [x.content for x in graph.concepts_with_key("Case Test")] == ["Case Test"]
+    assert [x.content for x in graph.concepts_with_key("case test")] == ["case test"]
+    assert len(graph.concepts_with_folded_key("case test")) == 2
+    p.close()
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [
+        # the two (MiniLM cosine 0.839 and 0.861, over its 0.73 threshold)
+        (
+            "the third decision: keep SQLite for the store",
+            "the fourth decision: keep SQLite for the store",
+        ),
+        ("tokens expire after one hour", "tokens expire after ninety minutes instead"),
+        ("the build passed on main", "the build failed on main"),
+        ("the API depends on the cache", "the cache depends on the API"),
+    ],
+)
+def test_a_near_match_that_changes_a_fact_is_not_merged(
+    pipeline: WritePipeline, older: str, newer: str
+) -> None:
+    first = settled(pipeline, derive(pipeline, c(older)))
+    other = settled(pipeline, derive(pipeline, c(newer)))
+    assert other.data["created_count"] == 1 and other.data["semantic_merged"] == 0
+    assert first.data["created"] != other.data["created"]
+
+
+def test_the_same_number_spelled_two_ways_merges(pipeline: WritePipeline) -> None:
+    first = settled(pipeline, derive(pipeline, c("flush retries three times")))
+    again = settled(pipeline, derive(pipeline, c("the flush retries 3 times")))
+    assert again.data["matched"] == first.data["created"] and again.data["semantic_merged"] == 1
 
 
 def test_similar_wording_merges_but_different_numbers_do_not(pipeline: WritePipeline) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ..model import Concept, Edge, EdgeType, Status, short_id
 from ..store.base import EDGE_WEIGHT_CAP, Store
+from ..text import fold_case
 from .degrees import DegreeCount
 from .names import MultiIndex, multi_add, multi_get, multi_remove
 
@@ -51,6 +52,7 @@ class SessionGraph:
         self._in: Adjacency = {t: {} for t in EdgeType}
         self._by_prefix: MultiIndex = {}  # short id -> node id(s)
         self._by_key: MultiIndex = {}  # canonical key -> node id(s)
+        self._by_folded_key: MultiIndex = {}  # canonical key, case folded -> node id(s)
         self._interactions: set[str] = set()
         self._edge_count = 0
         self._status_count: Counter[Status] = Counter()  # lambo_stats reads it per call
@@ -164,6 +166,7 @@ class SessionGraph:
         self._status_count[kept.status] += 1
         multi_add(self._by_prefix, short_id(kept.id), kept.id)
         multi_add(self._by_key, kept.canonical_key, kept.id)
+        multi_add(self._by_folded_key, fold_case(kept.canonical_key), kept.id)
         if kept.interaction_id:
             self._interactions.add(kept.interaction_id)
         self.version += 1
@@ -172,6 +175,7 @@ class SessionGraph:
         self._status_count[concept.status] -= 1
         multi_remove(self._by_prefix, short_id(concept.id), concept.id)
         multi_remove(self._by_key, concept.canonical_key, concept.id)
+        multi_remove(self._by_folded_key, fold_case(concept.canonical_key), concept.id)
 
     def add_edge(self, edge: Edge) -> Edge:
         """Add an edge, or reinforce the one already on (src, dst, type).
@@ -374,6 +378,10 @@ class SessionGraph:
 
     def concepts_with_key(self, canonical_key: str) -> list[Concept]:
         return [self._concepts[i] for i in multi_get(self._by_key, canonical_key)]
+
+    def concepts_with_folded_key(self, folded: str) -> list[Concept]:
+        """Concepts whose canonical key, case folded (``text.fold_case``), is ``folded``."""
+        return [self._concepts[i] for i in multi_get(self._by_folded_key, folded)]
 
     def is_interaction(self, some_id: str) -> bool:
         return some_id in self._interactions

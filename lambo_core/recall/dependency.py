@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from ..model import ConceptType, short_id
-from ..text import show_safely
+from ..text import fold_case, show_safely
 from .legs import FUNCTION_WORDS
 
 if TYPE_CHECKING:
@@ -348,7 +348,7 @@ def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor 
     for first in range(len(tokens)):
         for last in range(first + 1, min(len(tokens), first + MAX_NAME_TOKENS) + 1):
             key = _span_key(tokens, first, last)
-            for named in graph.concepts_with_key(key):
+            for named in graph.concepts_with_folded_key(key):
                 occurrences.append(_Occurrence(named.id, first, last, key))
                 per_concept[named.id] += 1
     if any(n > MAX_OCCURRENCES for n in per_concept.values()):
@@ -404,7 +404,7 @@ def _nearest_named(
 def _security_group(graph: SessionGraph) -> DependencyAnchor | None:
     best: tuple[tuple[int, int, str], str, list[str]] | None = None
     for concept in graph.iter_concepts():
-        key = concept.canonical_key
+        key = fold_case(concept.canonical_key)
         if not (_says_security_group(key) or _SG_ID.search(key)):
             continue
         dependents = graph.dependents(concept.id)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import StoreError
+from ..text import canonical_key
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,9 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    # SQL functions the statements call, registered on the connection first: a step that
+    # must compute in Python what SQL cannot (a canonical key) stays one transaction.
+    functions: tuple[tuple[str, Callable[[str], str]], ...] = ()
 
 
 # Why ``rid INTEGER PRIMARY KEY`` beside the node UUID: the FTS5 table is an
@@ -205,6 +210,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         "any environment finds it",
         ("ALTER TABLE session_leases ADD COLUMN socket TEXT",),
     ),
+    # Keys kept case from here on (#15): "Case Test" and "case test" are two concepts, as
+    # src/Main.rs and src/main.rs are two files. Recomputing every stored key cannot make
+    # two concepts collide: a case-kept key is finer than the casefolded one it replaces,
+    # so concepts that had different keys still do. Concepts that differed only in case
+    # were one concept already; that one concept keeps its text, now its key. The
+    # function is the current rule, which a later key change will migrate from again.
+    Migration(
+        5,
+        "concepts.canonical_key keeps case: every stored key recomputed from its content",
+        ("UPDATE concepts SET canonical_key = lambo_canonical_key(content)",),
+        functions=(("lambo_canonical_key", canonical_key),),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -269,6 +286,8 @@ def _apply_one(conn: sqlite3.Connection, migration: Migration) -> bool:
             if row is not None:
                 conn.execute("ROLLBACK")
                 return False
+            for name, function in migration.functions:
+                conn.create_function(name, 1, function, deterministic=True)
             for statement in migration.statements:
                 conn.execute(statement)
             conn.execute(

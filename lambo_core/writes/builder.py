@@ -15,7 +15,7 @@ from typing import Any
 from ..admission import NOTHING_WRITTEN, call_text, check_action_acyclic, check_hierarchy_acyclic
 from ..errors import StoreError
 from ..index.graph import SessionGraph
-from ..matching import MERGE_CANDIDATES, merge_forbidden
+from ..matching import MERGE_CANDIDATES, Facts, merge_refused
 from ..model import (
     Concept,
     ConceptType,
@@ -128,6 +128,7 @@ class Builder:
         self._cites_itself: set[str] = set()  # merged into a concept its depends_on names
         self._edges: dict[tuple[str, str, EdgeType], Edge] = {}
         self._threshold = merge_threshold  # None: this write has no vectors
+        self._read: dict[str, Facts] = {}  # see _facts
 
     # -- concepts ---------------------------------------------------------------------------
     def place(
@@ -187,7 +188,17 @@ class Builder:
         if node_id in never_into:
             return False
         candidate = self.graph.concept(node_id)
-        return candidate is not None and merge_forbidden(content, candidate.content) is None
+        return (
+            candidate is not None
+            and merge_refused(self._facts(content), self._facts(candidate.content)) is None
+        )
+
+    def _facts(self, text: str) -> Facts:
+        """The merge guard's reading of ``text``, once per write (a text meets up to
+        MERGE_CANDIDATES neighbours, twice when the merge ties)."""
+        if text not in self._read:
+            self._read[text] = Facts.of(text)
+        return self._read[text]
 
     def _merge_target(
         self, content: str, hits: list[tuple[str, float]], never_into: set[str]
