@@ -52,6 +52,7 @@ class Row:
     mrr: list[float] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
     ms: list[float] = field(default_factory=list)  # lambo rows only
+    warm_ms: list[float] = field(default_factory=list)  # the default again, embedding cached
 
     def add(self, ranked: Sequence[str], relevant: set[str], kind: str) -> None:
         self.r1.append(recall_at(ranked, relevant, 1))
