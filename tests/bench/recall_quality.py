@@ -267,6 +267,28 @@ def load_sets(names: list[str], conversations_dir: Path) -> list[LabelledSet]:
     return found
 
 
+def _absorbed_evidence(labelled: LabelledSet, built: Built) -> list[tuple[str, str, str]]:
+    """(item id, its text, the text of the concept answering for it) for every evidence item
+    merged by similarity or matched by key into a concept with other text; printed, since
+    a merge that swallowed the fact asked about is a miss no ranking can mend."""
+    texts = {i.id: i.text for i in labelled.items()}
+    evidence = sorted({e for q in labelled.questions for e in q.evidence})
+    graph = built.session.index.graph
+    found = []
+    for e in evidence:
+        concept = graph.concept(built.node_of[e])
+        if concept is not None and concept.content != texts[e]:
+            found.append((e, texts[e], concept.content))
+    if found:
+        print(
+            f"  {len(found)} of {len(evidence)} evidence items are answered by a concept with "
+            "other text (merged by similarity or matched by key):"
+        )
+        for e, text, answering in found[:10]:
+            print(f"     {e} {text!r}\n       -> {answering!r}")
+    return found
+
+
 def _report_set(
     labelled: LabelledSet, built: Built, rows: dict[str, qm.Row], misses: list[Miss], shown: int
 ) -> dict[str, Any]:
@@ -286,20 +308,7 @@ def _report_set(
             f"  heavy use: {len(labelled.heavy_use)} topic recalls, {built.heavy_use_hits} hits "
             f"counted; durable access counts: {sum(used)} in all, top concepts {used[:5]}"
         )
-    texts = {i.id: i.text for i in labelled.items()}
-    evidence = {e for q in labelled.questions for e in q.evidence}
-    graph = built.session.index.graph
-    absorbed = [
-        e
-        for e in sorted(evidence)
-        if (c := graph.concept(built.node_of[e])) is not None and c.content != texts[e]
-    ]
-    if absorbed:
-        print(
-            f"  {len(absorbed)} of {len(evidence)} evidence items are answered by a concept "
-            f"with other text (merged by similarity or matched by key): {', '.join(absorbed[:8])}"
-            + (" ..." if len(absorbed) > 8 else "")
-        )
+    absorbed = _absorbed_evidence(labelled, built)
     qm.print_set_table(rows)
     default = rows[qm.DEFAULT]
     print(
@@ -312,7 +321,7 @@ def _report_set(
         "questions": len(labelled.questions),
         "items": items,
         "concepts": concepts,
-        "evidence_absorbed": absorbed,
+        "evidence_absorbed": {e: {"text": t, "answered_by": c} for e, t, c in absorbed},
         "rows": {name: row.summary() for name, row in rows.items()},
         "default_p50_ms_embedding_cached": round(statistics.median(default.warm_ms), 2),
         "verdict": {},
