@@ -124,18 +124,17 @@ def print_by_kind(rows: dict[str, Row]) -> None:
         print(f"  {name:<26}{cells}")
 
 
-def markdown(results: dict[str, dict[str, Row]]) -> str:
-    """The README's table: sets x rankings x metrics."""
+def markdown(sets: dict[str, dict[str, Any]]) -> str:
+    """The README's table, sets x rankings x metrics, from each set's ``rows`` summaries."""
     lines = [
         "| set | ranking | R@1 | R@5 | MRR@10 | p50 ms |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    for set_name, rows in results.items():
-        for name, row in rows.items():
-            p50 = row.p50_ms()
-            shown = "" if p50 is None else f"{p50:.1f}"
+    for set_name, numbers in sets.items():
+        for name, row in numbers["rows"].items():
+            p50 = "" if row["p50_ms"] is None else f"{row['p50_ms']:.1f}"
             lines.append(
-                f"| {set_name} | {name} | {row.mean('r1'):.3f} | {row.mean('r5'):.3f} "
-                f"| {row.mean('mrr'):.3f} | {shown} |"
+                f"| {set_name} | {name} | {row['r1']:.3f} | {row['r5']:.3f} "
+                f"| {row['mrr10']:.3f} | {p50} |"
             )
     return "\n".join(lines)

@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -328,7 +328,11 @@ def _report_set(
     }
     for label, half in qm.HALVES:
         v = qm.verdict(rows, half)
-        out["verdict"][label] = {"beats": v.beats, "r5_margin": v.r5_margin, "mrr": v.mrr_margin}
+        out["verdict"][label] = {
+            "beats": v.beats,
+            "r5_margin": round(v.r5_margin, 4),
+            "mrr_margin": round(v.mrr_margin, 4),
+        }
         print(f"  {label}: default beats RRF and both legs on R@5 and MRR@10: {v.text()}")
     if labelled.name == "identifiers":
         r1 = rows[qm.DEFAULT].mean("r1")
@@ -350,6 +354,35 @@ def _commit() -> str:
         return "unknown"
 
 
+def measure(
+    names: Sequence[str] = SET_NAMES,
+    conversations_dir: Path = quality_sets.CONVERSATIONS,
+    show_misses: int = 0,
+) -> dict[str, Any]:
+    """Build and evaluate each named set, printing as it goes; the numbers, per set, as
+    ``--json`` writes them (report.py imports this)."""
+    served = Served.from_config(served_config())
+    print(
+        f"lambo {_commit()}, MiniLM int8; default fusion {served.fusion} (rrf_k "
+        f"{served.rrf_k}), top_k {TOP_K}, traversal_depth {served.defaults.traversal_depth}"
+    )
+    report: dict[str, Any] = {"commit": _commit(), "fusion": served.fusion, "sets": {}}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lambo-quality-") as tmp:
+        work = Path(tmp)
+        model_dir = import_model(
+            minilm_source_dir(work / "src"), "minilm", work / "models", pooling="mean"
+        )
+        for n, labelled in enumerate(load_sets(list(names), conversations_dir)):
+            (work / str(n)).mkdir()
+            built = build(work / str(n), model_dir, labelled, served)
+            rows, misses = evaluate(built, labelled, served)
+            report["sets"][labelled.name] = _report_set(labelled, built, rows, misses, show_misses)
+            built.session.store.close()
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sets", default=",".join(SET_NAMES), help="comma-separated")
@@ -361,30 +394,9 @@ def main() -> None:
     unknown = set(names) - set(SET_NAMES)
     if unknown:
         parser.error(f"unknown set(s) {sorted(unknown)}; sets: {', '.join(SET_NAMES)}")
-    served = Served.from_config(served_config())
-    print(
-        f"lambo {_commit()}, MiniLM int8; default fusion {served.fusion} (rrf_k "
-        f"{served.rrf_k}), top_k {TOP_K}, traversal_depth {served.defaults.traversal_depth}"
-    )
-    results: dict[str, dict[str, qm.Row]] = {}
-    report: dict[str, Any] = {"commit": _commit(), "fusion": served.fusion, "sets": {}}
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="lambo-quality-") as tmp:
-        work = Path(tmp)
-        model_dir = import_model(
-            minilm_source_dir(work / "src"), "minilm", work / "models", pooling="mean"
-        )
-        for n, labelled in enumerate(load_sets(names, args.conversations)):
-            (work / str(n)).mkdir()
-            built = build(work / str(n), model_dir, labelled, served)
-            rows, misses = evaluate(built, labelled, served)
-            results[labelled.name] = rows
-            report["sets"][labelled.name] = _report_set(
-                labelled, built, rows, misses, args.show_misses
-            )
-            built.session.store.close()
-    print(f"\n(whole run {time.perf_counter() - started:.0f} s)\n")
-    print(qm.markdown(results))
+    report = measure(names, args.conversations, args.show_misses)
+    print(f"\n(whole run {report['seconds']:.0f} s)\n")
+    print(qm.markdown(report["sets"]))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
 
