@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.bench import quality_metrics as qm
 from tests.bench import quality_sets
 from tests.bench.identifier_set import HEAVY_USE_RECALLS, generate
 from tests.bench.quality_sets import check_conversations, conversation_parts
@@ -359,3 +360,47 @@ def test_the_identifier_set_as_writes_and_questions() -> None:
     items = {i.id for i in labelled.items()}
     assert all(len(q.evidence) == 1 and q.evidence[0] in items for q in labelled.questions)
     assert len(labelled.heavy_use) == HEAVY_USE_RECALLS
+
+
+# -- the metrics ---------------------------------------------------------------------------
+
+
+def test_recall_at_k_and_reciprocal_rank() -> None:
+    ranked = ["a", "b", "c", "d", "e", "f"]
+    assert qm.recall_at(ranked, {"a"}, 1) == 1.0
+    assert qm.recall_at(ranked, {"b", "f"}, 5) == 0.5  # both needed: one of two found
+    assert qm.recall_at(ranked, {"z"}, 5) == 0.0
+    assert qm.reciprocal_rank(ranked, {"c", "e"}) == pytest.approx(1 / 3)
+    assert qm.reciprocal_rank([*"abcdefghij", "k"], {"k"}) == 0.0  # past 10
+
+
+def test_rrf_adds_one_over_k_plus_rank_per_list() -> None:
+    # b: 1/62 + 1/61 beats a: 1/61 alone and c: 1/62 alone
+    assert qm.rrf([["a", "b"], ["b", "c"]], k=60) == ["b", "a", "c"]
+    assert qm.rrf([["x"], []]) == ["x"]
+
+
+def _rows(default: tuple[float, float], best: tuple[float, float]) -> dict[str, qm.Row]:
+    """Rows of one question each with the given (R@5, MRR@10)."""
+    rows = {}
+    for name in (*qm.BASELINES, qm.DEFAULT):
+        r5, mrr = default if name == qm.DEFAULT else best
+        row = qm.Row()
+        row.r5, row.mrr, row.r1 = [r5], [mrr], [0.0]
+        rows[name] = row
+    return rows
+
+
+def test_the_verdict_needs_a_margin_on_both_metrics() -> None:
+    assert qm.verdict(_rows((0.8, 0.7), (0.7, 0.6))).beats
+    assert not qm.verdict(_rows((0.8, 0.6), (0.7, 0.6))).beats  # a tie is not a win
+    assert not qm.verdict(_rows((0.8, 0.5), (0.7, 0.6))).beats
+    lost = qm.verdict(_rows((0.6, 0.7), (0.7, 0.6)))
+    assert not lost.beats and lost.r5_margin == pytest.approx(-0.1)
+
+
+def test_a_perfect_baseline_is_matched_not_beaten() -> None:
+    tied = qm.verdict(_rows((1.0, 0.9), (1.0, 0.8)))
+    assert tied.beats and tied.at_ceiling == ("R@5",)
+    assert "tied at the ceiling on R@5" in tied.text()
+    assert not qm.verdict(_rows((0.99, 0.9), (1.0, 0.8))).beats

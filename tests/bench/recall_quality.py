@@ -21,7 +21,8 @@ write-behind runs while questions are asked. Each question is then ranked by:
 - **lambo default**: ``lambo_core.recall.recall`` as a serve calls it: the default
   configuration's fusion and recall settings, every leg, the default traversal depth,
   top_k 10, max_tokens 100000, one CanonHistory per session; and lambo with each fusion
-  setting (max, rrf, sum) to show what each does.
+  method (max, rrf, sum) and each other ``[fusion] standing`` (where this lambo has
+  that setting), the rest as served, to show what each setting does.
 
 The default is recalled first for each question, so its p50 includes the query's
 embedding; the fusion rows after it find the embedding cached (their p50 excludes it).
@@ -38,6 +39,7 @@ R@1, and at the end a markdown table for the README. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -52,6 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import lambo_core.recall as recall_api  # noqa: E402
 from lambo_core.canon.history import CanonHistory  # noqa: E402
 from lambo_core.canon.rules import CanonRules  # noqa: E402
 from lambo_core.config import Config, Setting  # noqa: E402
@@ -91,19 +94,39 @@ def served_config() -> Config:
 
 @dataclass
 class Served:
-    """How the serve calls recall: its defaults, fusion method and rrf_k."""
+    """How the serve calls recall: its defaults and its ``[fusion]`` settings."""
 
     defaults: RecallDefaults
-    fusion: str
-    rrf_k: int
+    fusion: dict[str, Any]  # [fusion] name -> value: method, rrf_k (standing, where it exists)
+    config: Config
 
     @classmethod
     def from_config(cls, config: Config) -> Served:
-        return cls(
-            RecallDefaults.from_config(config),
-            str(config.get("fusion.method")),
-            int(config.get("fusion.rrf_k")),
-        )
+        fusion = {k.name: config.get(k.dotted) for k in KEYS if k.section == "fusion"}
+        return cls(RecallDefaults.from_config(config), fusion, config)
+
+    def ranking_kwargs(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """recall()'s ranking arguments: the served [fusion] settings with ``overrides``
+        (names as in [fusion]). A lambo whose recall takes one ``Ranking`` gets one; an
+        older one takes ``fusion`` and ``rrf_k``."""
+        ranking = getattr(recall_api, "Ranking", None)
+        if ranking is not None:
+            return {"ranking": dataclasses.replace(ranking.from_config(self.config), **overrides)}
+        settings = {**self.fusion, **overrides}
+        return {"fusion": settings["method"], "rrf_k": settings["rrf_k"]}
+
+
+def lambo_rows(served: Served) -> dict[str, dict[str, Any]]:
+    """The lambo rankings measured: the default, then each other [fusion] choice alone
+    (method, and standing where this lambo has it) with the rest as served."""
+    rows: dict[str, dict[str, Any]] = {qm.DEFAULT: {}}
+    rows.update({f"lambo fusion={m}": {"method": m} for m in FUSIONS})
+    for key in KEYS:
+        if key.section == "fusion" and key.name == "standing" and key.choices:
+            rows.update(
+                {f"lambo standing={c}": {"standing": c} for c in key.choices if c != key.default}
+            )
+    return rows
 
 
 @dataclass
@@ -168,15 +191,14 @@ def _served_recall(
     args: dict[str, Any],
     served: Served,
     history: CanonHistory,
-    fusion: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> RecallResult:
     return recall(
         session,
         args,
         defaults=served.defaults,
-        fusion=served.fusion if fusion is None else fusion,
-        rrf_k=served.rrf_k,
         canon_history=history,
+        **served.ranking_kwargs(overrides or {}),
     )
 
 
@@ -192,13 +214,13 @@ def _timed_recall(
     args: dict[str, Any],
     served: Served,
     history: CanonHistory,
-    fusion: str | None,
+    overrides: dict[str, Any],
 ) -> tuple[list[str], float]:
     """(the hits' node ids in the result's order, ms); the legs run afresh and the access
     counts the recall left are drained."""
     session.index.leg_cache = LegCache()
     started = time.perf_counter()
-    result = _served_recall(session, args, served, history, fusion)
+    result = _served_recall(session, args, served, history, overrides)
     elapsed = (time.perf_counter() - started) * 1e3
     session.access_counts.drain()
     return [h["node_id"] for h in result.hits], elapsed
@@ -208,9 +230,8 @@ def evaluate(
     built: Built, labelled: LabelledSet, served: Served
 ) -> tuple[dict[str, qm.Row], list[Miss]]:
     session = built.session
-    lambo_rows: dict[str | None, str] = {None: qm.DEFAULT}
-    lambo_rows.update({f: f"lambo fusion={f}" for f in FUSIONS})
-    rows = {name: qm.Row() for name in (*qm.BASELINES, *lambo_rows.values())}
+    rankings = lambo_rows(served)
+    rows = {name: qm.Row() for name in (*qm.BASELINES, *rankings)}
     history = built.history
     written: dict[str, int] = {}  # node id -> when it was first written
     for node_id in built.node_of.values():
@@ -219,21 +240,23 @@ def evaluate(
     for question in labelled.questions:
         relevant = {built.node_of[e] for e in question.evidence}
         args = {"agent_id": AGENT, "query": question.text, "top_k": TOP_K, "max_tokens": MAX_TOKENS}
-        for fusion, name in lambo_rows.items():  # the default first: its embedding is not cached
-            ranked, ms = _timed_recall(session, args, served, history, fusion)
+        for name, overrides in rankings.items():  # the default first: its embedding not cached
+            ranked, ms = _timed_recall(session, args, served, history, overrides)
             rows[name].add(ranked, relevant, question.kind)
             rows[name].ms.append(ms)
-            if fusion is None and qm.recall_at(ranked, relevant, 5) == 0:
+            if name != qm.DEFAULT:
+                continue
+            if qm.recall_at(ranked, relevant, 5) == 0:
                 misses.append(_miss(session, question.text, relevant, ranked))
-            if fusion is None:  # again, its embedding cached now; then the raw legs
-                rows[name].warm_ms.append(_timed_recall(session, args, served, history, None)[1])
-                depth = TOP_K * CANDIDATES_PER_HIT
-                legs = run_legs(session, question.text, depth, BOTH_LEGS, built.embedder)
-                keyword = _by_raw_score(legs.keyword, written)
-                vector = _by_raw_score(legs.vector, written)
-                rows[qm.KEYWORD].add(keyword, relevant, question.kind)
-                rows[qm.VECTOR].add(vector, relevant, question.kind)
-                rows[qm.RRF_OUTSIDE].add(qm.rrf([keyword, vector]), relevant, question.kind)
+            # again, its embedding cached now; then the raw legs
+            rows[name].warm_ms.append(_timed_recall(session, args, served, history, {})[1])
+            depth = TOP_K * CANDIDATES_PER_HIT
+            legs = run_legs(session, question.text, depth, BOTH_LEGS, built.embedder)
+            keyword = _by_raw_score(legs.keyword, written)
+            vector = _by_raw_score(legs.vector, written)
+            rows[qm.KEYWORD].add(keyword, relevant, question.kind)
+            rows[qm.VECTOR].add(vector, relevant, question.kind)
+            rows[qm.RRF_OUTSIDE].add(qm.rrf([keyword, vector]), relevant, question.kind)
     return rows, misses
 
 
@@ -363,8 +386,8 @@ def measure(
     ``--json`` writes them (report.py imports this)."""
     served = Served.from_config(served_config())
     print(
-        f"lambo {_commit()}, MiniLM int8; default fusion {served.fusion} (rrf_k "
-        f"{served.rrf_k}), top_k {TOP_K}, traversal_depth {served.defaults.traversal_depth}"
+        f"lambo {_commit()}, MiniLM int8; [fusion] as served {served.fusion}, top_k {TOP_K}, "
+        f"traversal_depth {served.defaults.traversal_depth}"
     )
     report: dict[str, Any] = {"commit": _commit(), "fusion": served.fusion, "sets": {}}
     started = time.perf_counter()
