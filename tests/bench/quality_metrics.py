@@ -73,9 +73,9 @@ class Row:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "r1": round(self.mean("r1"), 4),
-            "r5": round(self.mean("r5"), 4),
-            "mrr10": round(self.mean("mrr"), 4),
+            "r1": round(self.mean("r1"), 6),
+            "r5": round(self.mean("r5"), 6),
+            "mrr10": round(self.mean("mrr"), 6),
             "p50_ms": None if not self.ms else round(statistics.median(self.ms), 2),
         }
 
@@ -88,7 +88,12 @@ class Verdict:
     at_ceiling: tuple[str, ...] = ()  # metrics where the best baseline is already 1.000
 
     def text(self) -> str:
-        tied = f"; tied at the ceiling on {', '.join(self.at_ceiling)}" if self.at_ceiling else ""
+        tied = (
+            f"; a baseline is perfect on {' and '.join(self.at_ceiling)}, where matching it "
+            "is enough"
+            if self.at_ceiling
+            else ""
+        )
         return (
             f"{'yes' if self.beats else 'no'} "
             f"(R@5 {self.r5_margin:+.3f}, MRR@10 {self.mrr_margin:+.3f} over the best of them"
