@@ -16,8 +16,8 @@ another's threads, heap or page cache churn:
   100k concepts excluding and including the query embedding, and the floor at 100k;
 - ``startup.py --json``: spawn -> answered ``tools/list`` through the installed command
   and the .pyz (built first when stale);
-- ``recall_quality.py`` (its ``build``, ``evaluate`` and ``CONFIGS``, imported):
-  recall@5 and MRR@10 of keyword, vector and fused recall on the labelled set.
+- ``recall_quality.py`` (its ``measure``, imported): R@5 and MRR@10 of each leg alone,
+  their RRF and lambo's default on the labelled sets, and the identifier set's R@1.
 
 Every bench sets up what it needs itself (the MiniLM int8 from the test extra, a
 LAMBO_HOME under /tmp, the cached synthetic stores under /tmp/lambo-bench). The full
@@ -141,31 +141,12 @@ def part_recall(sizes: Sizes) -> Result:
     return {"rows": rows, "reps": sizes.recall_reps, "dim": RECALL_DIM, "wide": wide}
 
 
-QUALITY_ROWS = {
-    "keyword": ("keyword only, raw BM25", "keyword only, rescaled"),
-    "vector": ("vector only, raw cosine", "vector only, rescaled"),
-    "fused_sum": ("kw+vec, sum (default)",),
-    "fused_max": ("kw+vec, max",),
-}
-
-
 def part_quality(sizes: Sizes) -> Result:
-    """recall_quality.py's table: every configuration, in its order; the report picks rows."""
+    """recall_quality.py's numbers per labelled set (the quick run: the agent facts only)."""
     from tests.bench import recall_quality as bench
 
-    data = json.loads(bench.DATA.read_text())
-    with tempfile.TemporaryDirectory(prefix="lambo-report-quality-") as tmp:
-        session, pipeline, node_of = bench.build(Path(tmp), data)
-        configs: dict[str, dict[str, float]] = {}
-        for config in bench.CONFIGS:
-            scores = bench.evaluate(session, data, node_of, config)
-            configs[config.label] = {
-                "recall5": scores.mean("recall5"),
-                "mrr10": scores.mean("mrr10"),
-                "hit1": scores.mean("hit1"),
-            }
-        pipeline.close()
-    return {"configs": configs, "facts": len(data["facts"]), "questions": len(data["questions"])}
+    names = ("agent-facts",) if sizes == QUICK else bench.SET_NAMES
+    return bench.measure(names)
 
 
 PARTS: dict[str, Callable[[Sizes], Result]] = {
@@ -467,23 +448,32 @@ class RowBuilder:
                 )
 
     def recall_quality(self) -> None:
-        """The rows of recall quality."""
-        results = self.results
-        group = "recall quality, recall@5 / MRR@10"
-        if not self.failed("quality", group, "labelled set"):
-            configs = results["quality"]["configs"]
-            for key, what in (
-                ("keyword", "keyword only"),
-                ("vector", "vector only"),
-                ("fused_sum", "keyword + vector, fused sum (default)"),
-                ("fused_max", "keyword + vector, fused max"),
-            ):
-                labels = QUALITY_ROWS[key]
-                # a single leg at its better setting (raw or rescaled), as the bench's bar
-                label = max(labels, key=lambda k: (configs[k]["mrr10"], configs[k]["recall5"]))
-                q = configs[label]
-                shown = what if len(labels) == 1 else f"{what} ({label.split(', ')[-1]})"
-                self.rows.append(Row(group, shown, f"{q['recall5']:.3f} / {q['mrr10']:.3f}"))
+        """The rows of recall quality: per set, each leg alone, their RRF and lambo's default."""
+        group = "recall quality, R@5 / MRR@10"
+        if self.failed("quality", group, "labelled sets"):
+            return
+        for name, numbers in self.results["quality"]["sets"].items():
+            rows, beats = numbers["rows"], numbers["verdict"]["all"]["beats"]
+            for ranking in ("keyword alone", "vector alone", "RRF k=60 (outside)"):
+                q = rows[ranking]
+                self.rows.append(
+                    Row(group, f"{name}: {ranking}", f"{q['r5']:.3f} / {q['mrr10']:.3f}")
+                )
+            q = rows["lambo default"]
+            self.rows.append(
+                Row(
+                    group,
+                    f"{name}: lambo default",
+                    f"{q['r5']:.3f} / {q['mrr10']:.3f}",
+                    "beats RRF and each leg",
+                    beats,
+                )
+            )
+            if "identifier_r1" in numbers:
+                r1 = numbers["identifier_r1"]
+                self.rows.append(
+                    Row(group, f"{name}: lambo default R@1", f"{r1:.3f}", ">= 0.99", r1 >= 0.99)
+                )
 
 
 def build_rows(results: dict[str, Result], errors: dict[str, str], sizes: Sizes) -> list[Row]:
@@ -640,10 +630,13 @@ def notes(results: dict[str, Result], sizes: Sizes) -> str:
             f"{s['archive_mb']:.0f} MB, run by {s['pyz_python']}."
         )
     if "quality" in results:
-        q = results["quality"]
+        sets = results["quality"]["sets"]
         parts.append(
-            f"Quality: {q['facts']} facts, {q['questions']} labelled questions, top_k 10, "
-            "traversal_depth 0; a single leg is shown at its better setting (raw or rescaled)."
+            "Quality (tests/bench/recall_quality.py): "
+            + "; ".join(
+                f"{name}: {n['about']}, {n['questions']} questions" for name, n in sets.items()
+            )
+            + "; top_k 10, the served defaults; legs and RRF k=60 ranked outside lambo."
         )
     return " ".join(parts)
 
