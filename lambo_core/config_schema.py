@@ -175,7 +175,7 @@ KEYS: tuple[Key, ...] = (
         "standing",
         "tiebreak",
         "what a concept's standing (use, recency, density, Canonical) does to its score: "
-        "tiebreak (adds at most 0.2, so the question decides) or half (0.5 x standing + "
+        "tiebreak (adds at most 0.1, so the question decides) or half (0.5 x standing + "
         "0.5 x relevance, Canonical hits first: the spec system's formula)",
         choices=("tiebreak", "half"),
     ),

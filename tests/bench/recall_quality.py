@@ -54,7 +54,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import lambo_core.recall as recall_api  # noqa: E402
 from lambo_core.canon.history import CanonHistory  # noqa: E402
 from lambo_core.canon.rules import CanonRules  # noqa: E402
 from lambo_core.config import Config, Setting  # noqa: E402
@@ -62,7 +61,7 @@ from lambo_core.config_schema import KEYS  # noqa: E402
 from lambo_core.embed.importer import import_model  # noqa: E402
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
 from lambo_core.index.caches import LegCache  # noqa: E402
-from lambo_core.recall import RecallDefaults, RecallResult, recall  # noqa: E402
+from lambo_core.recall import Ranking, RecallDefaults, RecallResult, recall  # noqa: E402
 from lambo_core.recall.legs import (  # noqa: E402
     CANDIDATES_PER_HIT,
     LEG_KEYWORD,
@@ -97,7 +96,7 @@ class Served:
     """How the serve calls recall: its defaults and its ``[fusion]`` settings."""
 
     defaults: RecallDefaults
-    fusion: dict[str, Any]  # [fusion] name -> value: method, rrf_k (standing, where it exists)
+    fusion: dict[str, Any]  # [fusion] name -> value: method, rrf_k, standing
     config: Config
 
     @classmethod
@@ -105,20 +104,14 @@ class Served:
         fusion = {k.name: config.get(k.dotted) for k in KEYS if k.section == "fusion"}
         return cls(RecallDefaults.from_config(config), fusion, config)
 
-    def ranking_kwargs(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        """recall()'s ranking arguments: the served [fusion] settings with ``overrides``
-        (names as in [fusion]). A lambo whose recall takes one ``Ranking`` gets one; an
-        older one takes ``fusion`` and ``rrf_k``."""
-        ranking = getattr(recall_api, "Ranking", None)
-        if ranking is not None:
-            return {"ranking": dataclasses.replace(ranking.from_config(self.config), **overrides)}
-        settings = {**self.fusion, **overrides}
-        return {"fusion": settings["method"], "rrf_k": settings["rrf_k"]}
+    def ranking(self, overrides: dict[str, Any]) -> Ranking:
+        """The served [fusion] settings with ``overrides`` (names as in [fusion])."""
+        return dataclasses.replace(Ranking.from_config(self.config), **overrides)
 
 
 def lambo_rows(served: Served) -> dict[str, dict[str, Any]]:
     """The lambo rankings measured: the default, then each other [fusion] choice alone
-    (method, and standing where this lambo has it) with the rest as served."""
+    (method, and standing) with the rest as served."""
     rows: dict[str, dict[str, Any]] = {qm.DEFAULT: {}}
     rows.update({f"lambo fusion={m}": {"method": m} for m in FUSIONS})
     for key in KEYS:
@@ -198,7 +191,7 @@ def _served_recall(
         args,
         defaults=served.defaults,
         canon_history=history,
-        **served.ranking_kwargs(overrides or {}),
+        ranking=served.ranking(overrides or {}),
     )
 
 
