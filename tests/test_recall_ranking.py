@@ -3,6 +3,7 @@ a hit placed out of score order says why on its label (issue #15)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from lambo_core.recall.fusion import (
     BASE_MIN,
     STANDING_SPAN,
     Candidate,
+    Scorer,
     order_candidates,
     standing,
 )
@@ -93,6 +95,15 @@ def test_a_name_is_matched_whole_and_exactly(name: str, text: str, match: float)
     assert NameMatcher([name]).matches(text) == [match]
 
 
+def test_a_name_is_a_literal_pattern_with_nothing_to_backtrack_on() -> None:
+    # a phrase's words are matched over whitespace collapsed beforehand, never with \s+
+    matcher = NameMatcher(question_names('"cold start" and "a a a"'))
+    assert matcher.matches("a   cold\n start, then a a a a") == [1.0, 1.0]
+    for exact, folded in matcher._patterns:
+        assert "+" not in exact.pattern and "*" not in exact.pattern
+        assert not exact.flags & re.IGNORECASE and not folded.flags & re.IGNORECASE
+
+
 def test_a_name_many_concepts_carry_counts_less_for_each() -> None:
     shares = name_shares({"a": [1.0, 0.0], "b": [1.0, 1.0], "c": [0.0, 0.0]})
     # name 0 is carried by two concepts (half each), name 1 by one; "c" carries none
@@ -152,14 +163,21 @@ def test_standing_is_bounded_by_its_span() -> None:
 
 
 def test_a_clearly_better_match_always_ranks_above_any_standing() -> None:
-    # relevance a lead above STANDING_SPAN over the best standing there is
-    better = Candidate("a", keyword=1.0, relevance=0.5 + STANDING_SPAN + 1e-6)
-    popular = Candidate("b", keyword=1.0, relevance=0.5, canonical=True)
-    better.score = better.relevance + standing(BASE_MIN, False)
-    popular.score = popular.relevance + standing(BASE_MAX, True)
-    ordered = order_candidates([popular, better], Ranking())
-    assert [c.node_id for c in ordered] == ["a", "b"]
-    assert not better.placed and not popular.placed
+    session = popular_pillar().session()
+    session.access_counts.restore({nid(1): 40})
+    # the pillar: Canonical, ten dependents, used; the fresh concept: nothing of the kind
+    for ranking, first in ((Ranking(), "fresh"), (SPEC_RANKING, "pillar")):
+        scorer = Scorer(session, T0 + 3600, ranking)
+        pillar = Candidate(nid(1), keyword=1.0, relevance=0.5)
+        fresh = Candidate(nid(2), keyword=1.0, relevance=0.5 + STANDING_SPAN + 1e-6)
+        assert scorer.score(pillar) and scorer.score(fresh)
+        assert pillar.base > fresh.base + 0.5
+        ordered = order_candidates([pillar, fresh], ranking)
+        assert (ordered[0] is fresh) == (first == "fresh"), ranking
+
+
+def test_canonical_status_outweighs_every_other_standing() -> None:
+    assert standing(BASE_MIN, True) >= standing(BASE_MAX, False)
 
 
 def popular_pillar() -> Mem:
@@ -210,12 +228,24 @@ def test_canonical_first_among_equally_good_matches() -> None:
 # =====================================================================================
 
 
+PLACEMENTS = (
+    "; via graph)",
+    "; kept past top_k)",
+    "; canonical first)",
+    "; recent, after the matches)",
+)
+
+
+def placed(label: str) -> bool:
+    return label.endswith(PLACEMENTS)
+
+
 def in_score_order_or_labelled(result: RecallResult) -> None:
     blocks = [b.split("\n")[0] for b in result.context.split("\n\n")]
     assert len(blocks) == len(result.hits)
     for i, hit in enumerate(result.hits[:-1]):
         if hit["score"] < result.hits[i + 1]["score"]:
-            assert ";" in blocks[i] or ";" in blocks[i + 1], blocks[i : i + 2]
+            assert placed(blocks[i]) or placed(blocks[i + 1]), blocks[i : i + 2]
 
 
 def test_expanded_hits_say_they_came_through_the_graph() -> None:

@@ -30,8 +30,9 @@ class LegResults:
     keyword: list[tuple[str, float]] = field(default_factory=list)
     vector: list[tuple[str, float]] = field(default_factory=list)
     recent: list[tuple[str, float]] = field(default_factory=list)
-    # what the keyword index holds for each exact name the question carries (recall/names.py);
-    # which of these really carry the name is checked against their text when ranking
+    # the exact names the question carries (recall/names.py), and what the keyword index
+    # holds for each; which of these really carry a name is checked against their text
+    names: tuple[str, ...] = ()
     named: list[tuple[str, float]] = field(default_factory=list)
     depth: int = 0
     vector_ran: bool = False

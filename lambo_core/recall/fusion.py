@@ -33,7 +33,7 @@ STANDINGS = ("tiebreak", "half")
 
 # "tiebreak": standing adds at most this to a score, so a relevance lead above it always wins
 STANDING_SPAN = 0.1
-CANONICAL_SHARE = 0.25  # of the span, what Canonical status alone holds
+CANONICAL_SHARE = 0.5  # of the span, Canonical status: it outweighs every other standing
 BASE_MIN, BASE_MAX = -0.10, 1.40  # scoring.base_parts' range
 RECENT_NUDGE = 0.05  # "tiebreak": a concept of the latest interactions, a near-tie breaker
 # Relevance a question's exact names add (per share of them a concept carries): more than

@@ -124,12 +124,13 @@ def _keyword_leg(index: SessionIndex, query: str, depth: int) -> list[tuple[str,
         ) from None
 
 
-def _name_searches(index: SessionIndex, query: str, depth: int) -> list[tuple[str, float]]:
-    """The concepts the keyword index holds for each exact name in ``query``, one search a
-    name (its terms alone, so a name's concept is found however many other words the
-    question has)."""
+def _name_searches(
+    index: SessionIndex, names: tuple[str, ...], depth: int
+) -> list[tuple[str, float]]:
+    """The concepts the keyword index holds for each exact name, one search a name (its
+    terms alone, so a name's concept is found however many other words the question has)."""
     found: dict[str, float] = {}
-    for name in question_names(query):
+    for name in names:
         for node_id, raw in _keyword_leg(index, " ".join(tokenize(name)), depth):
             found.setdefault(node_id, raw)
     return list(found.items())
@@ -147,7 +148,8 @@ def run_legs(
     out = LegResults(depth=depth)
     if LEG_KEYWORD in legs:
         out.keyword = _keyword_leg(index, query, depth)
-        out.named = _name_searches(index, query, depth)
+        out.names = tuple(question_names(query))
+        out.named = _name_searches(index, out.names, depth)
     matrix = index.vectors if LEG_VECTOR in legs and embedder is not None else None
     if matrix is not None and len(matrix) > 0:
         vector = embedder.embed_query(query)

@@ -49,7 +49,7 @@ def _is_name(word: str) -> bool:
     if "." in word:  # README.md, lambo.toml; not e.g or i.e
         parts = word.split(".")
         return len(parts) >= 2 and all(parts) and max(len(p) for p in parts) >= 2
-    if re.search(r"[a-z][A-Z]", word) or re.fullmatch(r"[A-Z][a-z]+[A-Z]\w*", word):
+    if re.search(r"[a-z][A-Z]", word):  # CamelCase, iPhone
         return True
     # a hyphenated name with two capitals (SG-Base-VPC); a plain acronym (API, TTL) is a
     # word the keyword leg matches like any other
@@ -76,31 +76,34 @@ def question_names(query: str) -> list[str]:
 class NameMatcher:
     """Which of a question's names a text carries, exactly or in another case."""
 
-    names: Sequence[str]
+    names: Sequence[str]  # as question_names gives them: NFC, a phrase's spaces single
 
     @cached_property
     def _patterns(self) -> list[tuple[re.Pattern[str], re.Pattern[str]]]:
-        out = []
-        for name in self.names:
-            # word edges: no word character or joining hyphen beside the name, and no
-            # continuation such as v1.4.2 inside v1.4.2.1 or LAMBO-131 inside LAMBO-1310
-            body = r"\s+".join(re.escape(part) for part in name.split())
-            pattern = rf"(?<![\w-]){body}(?![\w]|-\w|[./:]\w)"
-            out.append((re.compile(pattern), re.compile(pattern, re.IGNORECASE)))
-        return out
+        return [(_whole(name), _whole(name.casefold())) for name in self.names]
 
     def matches(self, content: str) -> list[float]:
         """Per name: 1 (carried exactly), ``FOLDED_MATCH`` (in another case) or 0."""
-        text = unicodedata.normalize("NFC", content)
+        text = " ".join(unicodedata.normalize("NFC", content).split())
+        folded: str | None = None
         out = []
-        for exact, folded in self._patterns:
+        for exact, in_any_case in self._patterns:
             if exact.search(text):
                 out.append(1.0)
-            elif folded.search(text):
-                out.append(FOLDED_MATCH)
-            else:
-                out.append(0.0)
+                continue
+            folded = text.casefold() if folded is None else folded
+            out.append(FOLDED_MATCH if in_any_case.search(folded) else 0.0)
         return out
+
+
+def _whole(name: str) -> re.Pattern[str]:
+    """``name`` whole: no word character or joining hyphen before it, no word character (nor
+    "-./:" and one) after it, so LAMBO-131 is not in LAMBO-1310 or LAMBO-131-b, nor v1.4.2 in
+    v1.4.2.1. The literal comes first so the engine's fast prefix search finds it; the edge
+    before it is a lookbehind over it. The text's whitespace is collapsed before matching, so
+    there is no quantifier to backtrack on, however the two texts repeat themselves."""
+    literal = re.escape(name)
+    return re.compile(rf"{literal}(?<![\w-]{literal})(?![\w]|[-./:]\w)")
 
 
 def name_shares(matches: dict[str, list[float]]) -> dict[str, float]:

@@ -27,7 +27,7 @@ from .lines import (
     select_with_contradictions,
     shows_supersession_line,
 )
-from .names import NameMatcher, name_shares, question_names
+from .names import NameMatcher, name_shares
 from .request import RecallDefaults, RecallRequest, RecallResult, parse_request
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def _ranked(
             concept = graph.concept(node_id)
             if concept is not None:
                 shares[node_id] = coverage(wanted, concept.content)
-    names = _name_shares(graph, request.query, leg_results)
+    names = _name_shares(graph, leg_results)
     candidates = fuse(
         leg_results, ranking, normalize=normalize, keyword_coverage=shares, names=names
     )
@@ -197,12 +197,11 @@ def _ranked(
     return order_candidates([*live, *extra], ranking) if extra else ranked
 
 
-def _name_shares(graph: SessionGraph, query: str, legs: LegResults) -> dict[str, float]:
+def _name_shares(graph: SessionGraph, legs: LegResults) -> dict[str, float]:
     """Each candidate's share of the question's exact names (none asked: empty)."""
-    names = question_names(query)
-    if not names:
+    if not legs.names:
         return {}
-    matcher = NameMatcher(names)
+    matcher = NameMatcher(legs.names)
     matches: dict[str, list[float]] = {}
     for hits in (legs.named, legs.keyword, legs.vector, legs.recent):
         for node_id, _ in hits:
