@@ -340,6 +340,24 @@ def test_every_question_names_its_own_facts_identifier_and_no_other() -> None:
     assert len({q.question.replace(q.identifier, "X") for q in questions}) >= 15  # phrasings
 
 
+def test_one_question_in_three_names_a_near_neighbours_topic() -> None:
+    generated = generate()
+    by_id = {f.id: f for f in generated.facts}
+    misremembered = [
+        q
+        for q in generated.questions
+        if q.question.endswith("?") and " the one about " in q.question
+    ]
+    assert len(misremembered) == len(generated.questions) // 3
+    for q in misremembered:
+        fact = by_id[q.fact_id]
+        topic = q.question.split(" the one about ", 1)[1].removesuffix("?")
+        assert topic != fact.topic
+        assert any(
+            o.topic == topic for o in generated.facts if o.family == fact.family and o is not fact
+        )
+
+
 def test_heavy_use_asks_about_topics_without_identifiers() -> None:
     generated = generate()
     assert len(generated.heavy_use) == HEAVY_USE_RECALLS

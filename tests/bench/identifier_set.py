@@ -6,7 +6,8 @@ src/lease_17.rs, v1.4.2 beside v1.4.12, hashes sharing a prefix, CamelCase and s
 names sharing their words); the topics the facts are about, shared across families so
 that use of one topic raises some neighbours of an identifier and not others; the heavy
 use (ordinary topic questions with no identifier, popular topics asked far more often);
-and one question per identifier, phrased several ways.
+and one question per identifier, phrased several ways, one in three beside what a near
+neighbour is about (the asker misremembering which one was which).
 
 Everything comes from ``random.Random(seed)``: the same seed gives the same set.
 """
@@ -408,15 +409,24 @@ def _heavy_use(rng: random.Random, facts: list[IdentifierFact], count: int) -> l
     return [rng.choice(HEAVY_USE_TEMPLATES).format(t=t) for t in drawn]
 
 
+# A question that names the identifier beside what a near neighbour is about, as when the
+# asker misremembers which ticket was which: the words favour the neighbour, the name does not.
+MISREMEMBERED = "is {id} the one about {t}?"
+MISREMEMBERED_EVERY = 3  # one question in three
+
+
 def _questions(rng: random.Random, facts: list[IdentifierFact]) -> list[IdentifierQuestion]:
     order = list(facts)
     rng.shuffle(order)
-    return [
-        IdentifierQuestion(
-            f"IQ{n:03d}",
-            rng.choice(QUESTION_TEMPLATES[f.kind]).format(id=f.identifier),
-            f.id,
-            f.identifier,
-        )
-        for n, f in enumerate(order, start=1)
-    ]
+    by_family: dict[str, list[IdentifierFact]] = {}
+    for fact in facts:
+        by_family.setdefault(fact.family, []).append(fact)
+    questions = []
+    for n, f in enumerate(order, start=1):
+        neighbours = [o for o in by_family[f.family] if o.topic != f.topic]
+        if n % MISREMEMBERED_EVERY == 0 and neighbours:
+            text = MISREMEMBERED.format(id=f.identifier, t=rng.choice(neighbours).topic)
+        else:
+            text = rng.choice(QUESTION_TEMPLATES[f.kind]).format(id=f.identifier)
+        questions.append(IdentifierQuestion(f"IQ{n:03d}", text, f.id, f.identifier))
+    return questions
