@@ -64,7 +64,8 @@ def anchor_of(session: Session, query: str) -> str | None:
 
 
 # question -> the concept whose dependents it asks for (None: ordinary recall).
-# "changed" marks the rows the reading before #15 got wrong (what it answered instead).
+# "changed" marks the rows the reading before #15 got wrong (what it answered instead);
+# "restored" the rows it got right and #15's first rewrite (f306743) got wrong.
 PHRASINGS: list[tuple[str, str | None]] = [
     # the spec's five markers
     ("what depends on user schema", "user schema"),
@@ -125,6 +126,22 @@ PHRASINGS: list[tuple[str, str | None]] = [
     ("user schema blast radius?", "user schema"),
     ("what is the auth middleware's blast radius", "auth middleware"),
     ("what's the blast radius if the API changes", "API"),
+    # "blast radius for / on / in / :" puts X after; a plain word after it, no possessor
+    ("what is the blast radius for user schema", "user schema"),  # restored: was ordinary recall
+    ("blast radius for user schema?", "user schema"),  # restored: was ordinary recall
+    ("blast radius: user schema", "user schema"),  # restored: was ordinary recall
+    ("what's the blast radius on redis", "redis"),  # restored: was ordinary recall
+    ("blast radius in user schema", "user schema"),  # restored: was ordinary recall
+    ("what's the blast radius: redis", "redis"),  # restored: was ordinary recall
+    ("user schema blast radius: how big?", "user schema"),  # a colon after a name is a label
+    ("user schema's blast radius: how big?", "user schema"),
+    ("the API blast radius is large", "API"),
+    ("blast radius for the user db schema", None),
+    ("the blast radius for", None),
+    ("blast radius with redis", None),  # changed: answered "redis"
+    ("user schema: blast radius?", None),  # changed: answered "user schema"
+    ("is the redis blast radius calculator slow", None),  # changed: answered "redis"
+    ("blast radius calculator uses redis", None),  # changed: answered "redis"
     ("is this safe to delete", None),
     # a marker phrase inside a name
     ("what depends on the blast radius calculator", "blast radius calculator"),

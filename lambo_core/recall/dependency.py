@@ -24,19 +24,17 @@ if TYPE_CHECKING:
 
 
 # How a marker phrase says whose dependents are asked for (see _target).
-AFTER = "after"  # X follows the phrase: "dependents of X", "blast radius of X"
+AFTER = "after"  # X follows the phrase: "dependents of X"
 ASKED_BY_QUESTION_WORD = "question word"  # "what/which ... depends on X": a question-word subject
 SAFE_TO_DELETE = "safe to delete"  # "is it safe to delete X", or "is X safe to delete"
-POSSESSOR = "possessor"  # X just before it: "X's blast radius", "X blast radius"
+BLAST_RADIUS = "blast radius"  # "blast radius for/of/on/in/if/: X", or "X's blast radius"
 
 # Phrases that ask for a concept's dependents, as folded token sequences, with how each
 # names X. A verb ("A depends on B", "A uses B") asks about B's dependents only when its
 # subject is a question word; otherwise A may be the subject and the question is about A.
 _READINGS: dict[str, str] = {
     "dependents of": AFTER,
-    "blast radius of": AFTER,
-    "blast radius if": AFTER,
-    "blast radius": POSSESSOR,
+    "blast radius": BLAST_RADIUS,
     "safe to delete": SAFE_TO_DELETE,
     "safe to remove": SAFE_TO_DELETE,
     "safe to drop": SAFE_TO_DELETE,
@@ -52,7 +50,7 @@ _READINGS: dict[str, str] = {
 }
 DEPENDENCY_MARKERS: tuple[tuple[str, ...], ...] = tuple(tuple(p.split()) for p in _READINGS)
 _READING_OF = {tuple(p.split()): reading for p, reading in _READINGS.items()}
-# By first word, longest first ("blast radius of" before "blast radius").
+# By first word, longest first (a longer phrase wins over one it starts with).
 _BY_FIRST_WORD: Mapping[str, tuple[tuple[str, ...], ...]] = MappingProxyType(
     {
         first: tuple(sorted((m for m in DEPENDENCY_MARKERS if m[0] == first), key=len)[::-1])
@@ -91,6 +89,8 @@ _SUBJECT_TOKENS_MAX = 10  # how far back a verb's question word is looked for
 _SLOT_OPENERS = frozenset(("is", "are", "would"))
 _SLOT_DETERMINERS = _word_set("the a an our my your their")
 _APOSTROPHES = frozenset(("'", "\u2019"))
+# "blast radius for X", "blast radius: X": the word (or colon) after the phrase that puts X after.
+_BLAST_RADIUS_LINKS = frozenset(("for", "of", "on", "in", "if", ":"))
 MAX_NAME_TOKENS = 64  # longest name (in tokens) looked for in a question
 MAX_OCCURRENCES = 256  # a candidate named more often falls through to ordinary recall
 SECURITY_GROUP = ("security", "group")
@@ -218,7 +218,7 @@ def _target(tokens: Sequence[_Token], first: int, last: int, reading: str) -> _T
         return _Target(last, None, after=True) if _question_subject(tokens, first) else None
     if reading == SAFE_TO_DELETE:
         return _safe_to_delete(tokens, first, last)
-    return _possessor(tokens, first)
+    return _blast_radius(tokens, first, last)
 
 
 def _question_subject(tokens: Sequence[_Token], verb: int) -> bool:
@@ -295,12 +295,25 @@ def _ends_with_it(tokens: Sequence[_Token]) -> bool:
     return len(folded) == 3 and folded[0] == "it" and folded[1] in _APOSTROPHES and folded[2] == "s"
 
 
-def _possessor(tokens: Sequence[_Token], first: int) -> _Target | None:
-    """ "X's blast radius", "X blast radius": X ends just before the phrase."""
-    end = first
+def _blast_radius(tokens: Sequence[_Token], first: int, last: int) -> _Target | None:
+    """ "blast radius for/of/on/in/if/: X": X after. "X's blast radius", "X blast radius": X
+    ends just before, read only with no plain word after ("redis blast radius calculator"
+    names a calculator, not redis's blast radius). A colon after a plain word is a label:
+    "user schema blast radius: how big?" asks about the user schema."""
+    end = first  # where the possessor X would end: before "'s" if there is one
     if end >= 2 and tokens[end - 1].folded == "s" and tokens[end - 2].folded in _APOSTROPHES:
         end -= 2
+    following = tokens[last] if last < len(tokens) else None
+    if following is not None and following.folded in _BLAST_RADIUS_LINKS:
+        if not (following.folded == ":" and end > 0 and _plain(tokens[end - 1])):
+            return _Target(last + 1, None, after=True)
+    elif following is not None and _plain(following):
+        return None
     return _Target(-1, end, after=False) if end > 0 else None
+
+
+def _plain(token: _Token) -> bool:
+    return token.word and token.folded not in FUNCTION_WORDS
 
 
 def _anchorable(occ: _Occurrence, tokens: Sequence[_Token], query: str) -> bool:
@@ -320,11 +333,12 @@ def find_dependency_anchor(graph: SessionGraph, query: str) -> DependencyAnchor 
 
     The caller holds the index lock. Rules (spec, "Dependency questions"):
     the question has a marker phrase that asks for X's dependents, read the
-    right way round: X follows it ("dependents of X", "blast radius of X", "is
-    it safe to delete X", "what/which ... depends on / uses / relies on X", a
-    verb only with a question word for its subject, so "does A depend on B" and
-    "is A dependent on B" are ordinary queries), or X fills its slot ("is X safe
-    to delete", "X's blast radius"); a name is a concept's whole text as
+    right way round: X follows it ("dependents of X", "blast radius of / for /
+    on / in / if / : X", "is it safe to delete X", "what/which ... depends on /
+    uses / relies on X", a verb only with a question word for its subject, so
+    "does A depend on B" and "is A dependent on B" are ordinary queries), or X
+    fills its slot ("is X safe to delete", "X's blast radius" with no plain word
+    after it); a name is a concept's whole text as
     whole words, case ignored after NFC (tokens make the word edges: a hyphen
     between word characters joins, punctuation is its own edge); it names a
     concept with dependents; a name inside a longer name is skipped unless the
