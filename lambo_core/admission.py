@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .args import check_arguments, check_list, check_scope, require
+from .call_names import NEW_PREFIX, CallNames, Named, refuse_case_variants
 from .errors import ParameterError, StoreError
 from .index.graph import SessionGraph
 from .model import ConceptType, EdgeType
@@ -24,6 +25,7 @@ from .references import (
     refuse_cited_and_contradicted,
     refuse_cycle,
     refuse_interaction,
+    refuse_no_match,
     refuse_self_reference,
     refuse_several,
     resolve_reference,
@@ -113,9 +115,43 @@ def _ref_strings(field: str, value: object, cap: int) -> list[str]:
     return [check_string(f"{field}[{i}]", entry) for i, entry in enumerate(entries)]
 
 
-def _resolved(field: str, ref: str, graph: SessionGraph) -> dict[str, str]:
+def _resolved(field: str, ref: str, graph: SessionGraph, names: CallNames) -> dict[str, str]:
+    """A depends_on / against reference fixed to one session concept.
+
+    Read as ``references`` reads it, with the call's own texts in view: a reference
+    written exactly as a concept this call creates names that concept, which cannot be
+    cited ("matches nothing in this session"), not a session concept in another case;
+    one that names a concept this call creates and a session concept, both in another
+    case, names several.
+    """
+    match = match_reference(ref, graph)
+    key = canonical_key(ref)
+    if match.form == "text" and all(c.canonical_key != key for c in match.concepts):
+        mine = names.new_in_any_case(ref)
+        if any(canonical_key(n.content) == key for n in mine):
+            raise refuse_no_match(field, ref)
+        if mine and match.concepts:
+            theirs = [Named(c.id, c.content) for c in match.concepts]
+            raise refuse_case_variants(field, ref, theirs + mine, ids_accepted=True)
     concept = resolve_reference(field, ref, graph)
     return {"ref": ref, "node_id": concept.id}
+
+
+def _place(text: str, names: CallNames) -> str:
+    """The node id (or placeholder) a text the call writes as its own concept lands on."""
+    found = names.exact(text)
+    node_id = found.node_id if found is not None else NEW_PREFIX + canonical_key(text)
+    names.place(text, node_id, new=found is None or found.new)
+    return node_id
+
+
+def _named_or_new(field: str, text: str, names: CallNames) -> str:
+    """A text that names a concept or creates one: its node id or a placeholder."""
+    found = names.named(field, text)
+    if found is None:
+        return _place(text, names)
+    names.place(text, found.node_id, new=found.new)
+    return found.node_id
 
 
 # --- lambo_derive ----------------------------------------------------------------
@@ -198,8 +234,12 @@ def admit_derive(args: object, *, session: str, graph: SessionGraph, embeds: boo
     if embeds:
         _check_embedding_text(concepts, pairs)
 
-    _resolve_derive_references(concepts, graph)
-    _check_hierarchy(concepts, pairs, graph)
+    # The call's texts in the order the write applies them: its concepts, then each pair.
+    names = CallNames(graph)
+    for concept in concepts:
+        _place(concept["content"], names)
+    _resolve_derive_references(concepts, graph, names)
+    _check_hierarchy(pairs, names, graph)
 
     n = len(concepts)
     return Admitted(
@@ -249,7 +289,9 @@ def _check_embedding_text(concepts: list[dict[str, Any]], pairs: list[dict[str, 
                 )
 
 
-def _resolve_derive_references(concepts: list[dict[str, Any]], graph: SessionGraph) -> None:
+def _resolve_derive_references(
+    concepts: list[dict[str, Any]], graph: SessionGraph, names: CallNames
+) -> None:
     """Fix every depends_on / against to one node id, refusing the spec's cases."""
     dependency_pairs: list[tuple[str, str]] = []
     pair_fields: list[tuple[str, str]] = []
@@ -260,7 +302,7 @@ def _resolve_derive_references(concepts: list[dict[str, Any]], graph: SessionGra
         cited: list[dict[str, str]] = []
         for j, ref in enumerate(concept["depends_on"]):
             field = f"concepts[{i}].depends_on[{j}]"
-            resolved = _resolved(field, ref, graph)
+            resolved = _resolved(field, ref, graph, names)
             if resolved["node_id"] in self_ids:
                 raise refuse_self_reference(field, ref)
             cited.append(resolved)
@@ -270,7 +312,7 @@ def _resolve_derive_references(concepts: list[dict[str, Any]], graph: SessionGra
         cited_ids = {c["node_id"] for c in cited}
         for j, ref in enumerate(concept["against"]):
             field = f"concepts[{i}].against[{j}]"
-            resolved = _resolved(field, ref, graph)
+            resolved = _resolved(field, ref, graph, names)
             if resolved["node_id"] in self_ids:
                 raise refuse_self_reference(field, ref)
             if resolved["node_id"] in cited_ids:
@@ -305,17 +347,15 @@ def check_action_acyclic(graph: SessionGraph, pairs: list[tuple[str, str]]) -> N
         )
 
 
-def _end_id(text: str, graph: SessionGraph) -> str:
-    """A parent_of end's node id, or a placeholder for a concept the call creates."""
-    key = canonical_key(text)
-    existing = graph.concepts_with_key(key)
-    return existing[0].id if existing else f"new:{key}"
-
-
-def _check_hierarchy(
-    concepts: list[dict[str, Any]], pairs: list[dict[str, str]], graph: SessionGraph
-) -> None:
-    ids = [(_end_id(p["parent"], graph), _end_id(p["child"], graph)) for p in pairs]
+def _check_hierarchy(pairs: list[dict[str, str]], names: CallNames, graph: SessionGraph) -> None:
+    """Name every parent_of end (refusing one in several cases) and refuse a cycle."""
+    ids = [
+        (
+            _named_or_new(f"parent_of[{i}].parent", p["parent"], names),
+            _named_or_new(f"parent_of[{i}].child", p["child"], names),
+        )
+        for i, p in enumerate(pairs)
+    ]
     check_hierarchy_acyclic(graph, ids)
 
 
@@ -348,19 +388,25 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
         check_scope(call["scope"], session, writing=True)
     _refuse_repo_scope(call)
 
-    action_key = canonical_key(action)
-    existing = graph.concepts_with_key(action_key)
-    action_ids = {c.id for c in existing}
-    me = existing[0].id if existing else f"new:{action_key}"
-
+    # The call's texts in the order the write applies them: the action, its produces and
+    # modifies, then its depends_on.
+    names = CallNames(graph)
+    action_ids = {c.id for c in graph.concepts_with_key(canonical_key(action))}
+    me = _place(action, names)
+    pairs: list[tuple[str, str]] = []
+    for field in ("produces", "modifies"):
+        for i, text in enumerate(targets[field]):
+            pairs.append((me, _named_or_new(f"{field}[{i}]", text, names)))
     depends: list[dict[str, Any]] = []
     for i, ref in enumerate(targets["depends_on"]):
-        depends.append(_action_dependency(f"depends_on[{i}]", ref, graph))
+        dependency, node_id = _action_dependency(f"depends_on[{i}]", ref, graph, names)
+        depends.append(dependency)
+        pairs.append((me, node_id))
     depends_ids = {d["node_id"] for d in depends if d.get("node_id")}
     against: list[dict[str, str]] = []
     for i, ref in enumerate(against_refs):
         field = f"against[{i}]"
-        resolved = _resolved(field, ref, graph)
+        resolved = _resolved(field, ref, graph, names)
         if resolved["node_id"] in action_ids:
             raise refuse(field, ref, "names the action itself")
         if resolved["node_id"] in depends_ids:
@@ -368,8 +414,6 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
         against.append(resolved)
 
     # Causal (produces, modifies) and Dependency edges from the action must stay acyclic.
-    pairs = [(me, _end_id(t, graph)) for t in targets["produces"] + targets["modifies"]]
-    pairs += [(me, d.get("node_id") or f"new:{d['key']}") for d in depends]
     check_action_acyclic(graph, pairs)
 
     return Admitted(
@@ -391,20 +435,33 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
     )
 
 
-def _action_dependency(field: str, ref: str, graph: SessionGraph) -> dict[str, Any]:
-    """A record_action depends_on entry: an id cites, any other text names by key.
+def _action_dependency(
+    field: str, ref: str, graph: SessionGraph, names: CallNames
+) -> tuple[dict[str, Any], str]:
+    """A record_action depends_on entry, and the node id (or placeholder) it lands on.
 
-    A concept's hyphenated id cites it; an interaction's id is refused; 8 hex
-    characters whose text names no concept cite the one concept their id starts
-    with (refused if several do). Any other entry is text, matched by canonical
-    key and created as an Entity if new.
+    A concept's hyphenated id cites it; an interaction's id is refused. Text names a
+    concept as ``call_names`` reads it (as written, else the one concept in any case;
+    several in any case are refused). 8 hex characters whose text names no concept
+    cite the one concept their id starts with (refused if several do). Any other
+    entry is created as an Entity. Only a session concept is fixed by node id; one
+    this call creates is named again by its text when the write is applied.
     """
     match = match_reference(ref, graph)
     if match.interaction:
         raise refuse_interaction(field, ref)
     key = canonical_key(ref)
+    if match.form == "node_id":
+        return {"ref": ref, "node_id": match.concepts[0].id, "key": key}, match.concepts[0].id
+    new = {"ref": ref, "node_id": None, "key": key, "type": ConceptType.ENTITY.value}
+    found = names.named(field, ref, ids_accepted=True)
+    if found is not None:
+        names.place(ref, found.node_id, new=found.new)
+        if found.new:
+            return new, found.node_id
+        return {"ref": ref, "node_id": found.node_id, "key": key}, found.node_id
     if match.form == "short_id" and len(match.concepts) > 1:
         raise refuse_several(field, ref, match.concepts, full_ids=True)
-    if match.concepts:
-        return {"ref": ref, "node_id": match.concepts[0].id, "key": key}
-    return {"ref": ref, "node_id": None, "key": key, "type": ConceptType.ENTITY.value}
+    if match.form == "short_id" and match.concepts:
+        return {"ref": ref, "node_id": match.concepts[0].id, "key": key}, match.concepts[0].id
+    return new, _place(ref, names)

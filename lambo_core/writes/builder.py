@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..admission import NOTHING_WRITTEN, call_text, check_action_acyclic, check_hierarchy_acyclic
+from ..call_names import CallNames
 from ..errors import StoreError
 from ..index.graph import SessionGraph
 from ..matching import MERGE_CANDIDATES, Facts, merge_refused
@@ -123,7 +124,7 @@ class Builder:
         self.now = now
         self.about = about
         self.interaction_id = interaction_id
-        self._by_key: dict[str, str] = {}  # keys this call already placed -> node id
+        self.names = CallNames(self.graph)  # what this call's texts name, as it places them
         self._placements: list[Placement] = []  # placed by similarity search, in call order
         self._cites_itself: set[str] = set()  # merged into a concept its depends_on names
         self._edges: dict[tuple[str, str, EdgeType], Edge] = {}
@@ -142,11 +143,12 @@ class Builder:
     ) -> str:
         """The node id ``content`` lands on: this call's, an existing key, a merge, or new."""
         key = canonical_key(content)
-        if key in self._by_key:
-            return self._by_key[key]
-        existing = self.graph.concepts_with_key(key)
-        if existing:
-            node_id = existing[0].id
+        earlier = self.names.placed(content)
+        if earlier is not None:
+            return earlier.node_id
+        existing = self.names.exact(content)
+        if existing is not None:
+            node_id = existing.node_id
             self._matched(node_id)
         else:
             barred = never_into or set()
@@ -163,8 +165,19 @@ class Builder:
                 if target is not None:
                     placed.merged_cosine = dict(hits)[target]
                 self._placements.append(placed)
-        self._by_key[key] = node_id
+        self.names.place(content, node_id, new=node_id in self.plan.created)
         return node_id
+
+    def place_named(self, field: str, text: str, ctype: ConceptType, vector: Vector | None) -> str:
+        """A parent_of end or action target: the concept its text names (as written, else
+        the one in any case; several refuse the write), or a new one."""
+        found = self.names.named(field, text, ids_accepted=field.startswith("depends_on"))
+        if found is None:
+            return self.place(text, ctype, vector, merge=False)
+        if not found.new:
+            self._matched(found.node_id)
+        self.names.place(text, found.node_id, new=found.new)
+        return found.node_id
 
     def _matched(self, node_id: str) -> None:
         if node_id not in self.plan.matched and node_id not in self.plan.created:
@@ -414,7 +427,8 @@ class Builder:
             ends = []
             for j, end in enumerate(("parent", "child")):
                 vector = vectors[offset + 2 * i + j] if vectors is not None else None
-                ends.append(self.place(pair[end], ConceptType.ENTITY, vector, merge=False))
+                field_name = f"parent_of[{i}].{end}"
+                ends.append(self.place_named(field_name, pair[end], ConceptType.ENTITY, vector))
             hierarchy.append((ends[0], ends[1]))
             self.edge(ends[0], ends[1], EdgeType.HIERARCHICAL)
         check_hierarchy_acyclic(self.graph, hierarchy)
@@ -434,15 +448,17 @@ class Builder:
         self.edge(self.interaction_id, act, EdgeType.DERIVES)
         pairs: list[tuple[str, str]] = []
         for field_name, etype in (("produces", EdgeType.PRODUCES), ("modifies", EdgeType.MODIFIES)):
-            for target in payload[field_name]:
-                node = self.place(target, ConceptType.RESOURCE, next_vector(), merge=False)
+            for j, target in enumerate(payload[field_name]):
+                where = f"{field_name}[{j}]"
+                node = self.place_named(where, target, ConceptType.RESOURCE, next_vector())
                 pairs.append((act, node))
                 self.edge(act, node, etype)
         for j, dep in enumerate(payload["depends_on"]):
             if dep.get("node_id"):
                 node = self._check_ref(f"depends_on[{j}]", dep)
             else:
-                node = self.place(dep["ref"], ConceptType.ENTITY, next_vector(), merge=False)
+                where = f"depends_on[{j}]"
+                node = self.place_named(where, dep["ref"], ConceptType.ENTITY, next_vector())
             pairs.append((act, node))
             self.edge(act, node, EdgeType.DEPENDENCY)
             self.plan.citations += 1
