@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from .errors import ReferenceRefused
 from .model import short_id
-from .references import MAX_LISTED_CANDIDATES, SHOWN_CONTENT_CHARS, ConceptLookup, refuse
-from .text import canonical_key, fold_case, show_safely
+from .references import ConceptLookup, list_labelled, refuse
+from .text import canonical_key, fold_case
 
 # A node id the call has not minted yet (at admission): the placeholder cycle checks use.
 NEW_PREFIX = "new:"
@@ -98,15 +98,9 @@ class CallNames:
 def describe_named(candidates: list[Named]) -> str:
     """``<id> "<content…>"`` per candidate, ``new in this call "<content…>"`` for one the
     call creates; at most 10, then ``and N more``."""
-    listed = candidates[:MAX_LISTED_CANDIDATES]
-    parts = []
-    for c in listed:
-        shown = show_safely(c.content, SHOWN_CONTENT_CHARS)
-        parts.append(f'new in this call "{shown}"' if c.new else f'{short_id(c.node_id)} "{shown}"')
-    text = ", ".join(parts)
-    if len(candidates) > len(listed):
-        text += f", and {len(candidates) - len(listed)} more"
-    return text
+    return list_labelled(
+        [("new in this call" if c.new else short_id(c.node_id), c.content) for c in candidates]
+    )
 
 
 def refuse_case_variants(

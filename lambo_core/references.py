@@ -166,17 +166,20 @@ def describe_candidates(candidates: Sequence[Concept], *, full_ids: bool = False
 
     Short ids are used unless ``full_ids`` or two listed candidates share one.
     """
-    listed = candidates[:MAX_LISTED_CANDIDATES]
     if not full_ids:
-        shorts = [short_id(c.id) for c in listed]
+        shorts = [short_id(c.id) for c in candidates[:MAX_LISTED_CANDIDATES]]
         full_ids = len(set(shorts)) != len(shorts)
-    parts = [
-        f'{c.id if full_ids else short_id(c.id)} "{show_safely(c.content, SHOWN_CONTENT_CHARS)}"'
-        for c in listed
-    ]
-    text = ", ".join(parts)
-    if len(candidates) > len(listed):
-        text += f", and {len(candidates) - len(listed)} more"
+    return list_labelled([(c.id if full_ids else short_id(c.id), c.content) for c in candidates])
+
+
+def list_labelled(items: Sequence[tuple[str, str]]) -> str:
+    """``<label> "<content…>", ...`` for at most 10 items, then ``and N more``."""
+    listed = items[:MAX_LISTED_CANDIDATES]
+    text = ", ".join(
+        f'{label} "{show_safely(content, SHOWN_CONTENT_CHARS)}"' for label, content in listed
+    )
+    if len(items) > len(listed):
+        text += f", and {len(items) - len(listed)} more"
     return text
 
 
