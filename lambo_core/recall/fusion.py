@@ -223,9 +223,9 @@ def _relevance(cand: Candidate, ranking: Ranking, depth: int) -> None:
     cand.lifted_by_recent = not ranking.tiebreak and cand.relevance > without and not cand.named
 
 
-def rank_key(cand: Candidate, ranking: Ranking | None = None) -> tuple[int, float, str]:
+def rank_key(cand: Candidate, ranking: Ranking) -> tuple[int, float, str]:
     """Score order; under ``half``, Canonical query hits first."""
-    first = 0 if cand.canonical and not cand.expanded and not (ranking and ranking.tiebreak) else 1
+    first = 0 if cand.canonical and not cand.expanded and not ranking.tiebreak else 1
     return (first, -cand.score, cand.node_id)
 
 
@@ -242,8 +242,10 @@ def order_candidates(cands: Iterable[Candidate], ranking: Ranking) -> list[Candi
     for cand in reversed(ranked):  # a hit above a better-scored one was placed by a rule
         if cand.expanded:
             cand.placed = PLACED_VIA_GRAPH
-        elif cand.score < best_after:
-            cand.placed = PLACED_CANONICAL_FIRST if cand.canonical else cand.placed
+        elif cand.score < best_after and cand.canonical:
+            cand.placed = PLACED_CANONICAL_FIRST
+        else:
+            cand.placed = ""  # (a candidate ordered again with what expansion reached)
         best_after = max(best_after, cand.score)
     for cand in held:
         cand.placed = PLACED_AFTER_MATCHES
