@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from lambo_core.recall.dependency import DEPENDENCY_MARKERS, find_dependency_anchor
+from lambo_core.recall.dependency import DEPENDENCY_MARKERS
 from lambo_core.session import Session
-from tests.test_recall import Mem, ask, nid
+from tests.test_recall import Mem, anchor, ask, nid
 
 CONCEPTS = [
     (1, "user schema", "entity"),
@@ -50,17 +50,6 @@ def graph_session() -> Session:
         serial += 1  # one more dependent of its own each, so every name can anchor
         mem.write([(nid(serial), f"dependent {serial}", "logic")], deps=[(nid(serial), nid(n))])
     return mem.session()
-
-
-def anchor_of(session: Session, query: str) -> str | None:
-    with session.index.lock:
-        found = find_dependency_anchor(session.index.graph, query)
-    if found is None:
-        return None
-    concept = session.index.graph.concept(found.node_id)
-    assert concept is not None
-    assert set(found.dependents) == set(session.index.graph.dependents(found.node_id))
-    return concept.content
 
 
 # question -> the concept whose dependents it asks for (None: ordinary recall).
@@ -167,7 +156,7 @@ PHRASINGS: list[tuple[str, str | None]] = [
 def test_a_dependency_question_names_the_concept_it_asks_about(
     graph_session: Session, query: str, expected: str | None
 ) -> None:
-    assert anchor_of(graph_session, query) == expected
+    assert anchor(graph_session, query) == expected
 
 
 def test_the_table_covers_every_kind_of_marker() -> None:

@@ -699,12 +699,15 @@ def names() -> Session:
 
 
 def anchor(session: Session, query: str) -> str | None:
+    """The content of the concept a dependency question names (None: ordinary recall);
+    the answer it carries is that concept's direct dependents."""
     with session.index.lock:
         found = find_dependency_anchor(session.index.graph, query)
     if found is None:
         return None
     concept = session.index.graph.concept(found.node_id)
     assert concept is not None
+    assert set(found.dependents) == set(session.index.graph.dependents(found.node_id))
     return concept.content
 
 
