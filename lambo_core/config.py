@@ -17,6 +17,7 @@ from typing import Any
 import tomli_w
 
 from .config_schema import KEYS, KEYS_BY_DOTTED, SECTIONS, Value, coerce
+from .credentials import CredentialEntry
 from .errors import ConfigError
 from .paths import Paths, resolve_paths
 
@@ -158,10 +159,19 @@ def render_show(config: Config) -> str:
         lines.append(f"[{section}]")
         for key in (k for k in KEYS if k.section == section):
             setting = config.settings[key.dotted]
-            shown = "(set)" if key.dotted == "serve.auth_token" and setting.value else None
-            literal = shown or tomli_w.dumps({"v": setting.value}).strip()[4:]
+            literal = _literal(key.dotted, setting.value)
             lines.append(f"{key.name} = {literal}  # {setting.source}")
     return "\n".join(lines) + "\n"
+
+
+def _literal(dotted: str, value: Value) -> str:
+    """One value as TOML, a secret shown only as set."""
+    if dotted == "serve.auth_token" and value:
+        return "(set)"
+    shown: object = value
+    if isinstance(value, tuple):
+        shown = [e.shown() if isinstance(e, CredentialEntry) else e for e in value]
+    return tomli_w.dumps({"v": shown}).strip()[4:]
 
 
 def render_default_file() -> str:
@@ -177,7 +187,18 @@ def render_default_file() -> str:
             out.append(f"# {key.doc}")
             if key.env:
                 out.append(f"# (variable: {key.env})")
-            out.append(tomli_w.dumps({key.name: key.default}).strip())
+            if key.parse is not None:  # an array of tables: shown after every section
+                continue
+            default = list(key.default) if isinstance(key.default, tuple) else key.default
+            out.append(tomli_w.dumps({key.name: default}).strip())
+        out.append("")
+    # A [[table]] header ends the section above it, so its example comes last.
+    for key in (k for k in KEYS if k.parse is not None):
+        out.append(f"# {key.doc}")
+        out.append(f"# [[{key.dotted}]]")
+        out.append('# name = "ci"')
+        out.append('# sessions = ["*"]')
+        out.append('# token_env = "LAMBO_CI_TOKEN"')
         out.append("")
     text = "\n".join(out)
     tomllib.loads(text)  # the file we write must read back

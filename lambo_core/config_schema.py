@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .credentials import parse_entries
 from .errors import ConfigError
 
-Value = str | int | float | bool
+#: a tuple is a TOML array: of strings, or of tables for a key with its own ``parse``
+Value = str | int | float | bool | tuple[object, ...]
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class Key:
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
+    #: the check of a value no plain type describes (an array of tables)
+    parse: Callable[[object, str], Value] | None = None
 
     @property
     def dotted(self) -> str:
@@ -368,9 +372,96 @@ KEYS: tuple[Key, ...] = (
     # [serve]
     Key("serve", "transport", "stdio", "stdio or http", choices=("stdio", "http")),
     Key("serve", "bind", "127.0.0.1", "HTTP bind address"),
-    Key("serve", "port", 7700, "HTTP port", minimum=1, maximum=65535),
+    Key(
+        "serve",
+        "port",
+        7700,
+        "HTTP port; 0 picks a free one (the serve logs it)",
+        minimum=0,
+        maximum=65535,
+    ),
     Key("serve", "agent", "lambo", "the id this process holds the session lease under"),
-    Key("serve", "auth_token", "", "bearer token for HTTP off loopback", env="LAMBO_AUTH_TOKEN"),
+    Key(
+        "serve",
+        "auth_token",
+        "",
+        "a bearer token every HTTP request must carry (reaches every session); required, or a "
+        "[[serve.credential]], to bind off loopback",
+        env="LAMBO_AUTH_TOKEN",
+    ),
+    Key(
+        "serve",
+        "sessions",
+        (),
+        "the sessions an HTTP serve holds, each at /mcp/s/<session>; /mcp serves the first "
+        "(--session adds to it)",
+    ),
+    Key(
+        "serve",
+        "credential",
+        (),
+        '[[serve.credential]] tables: name, sessions (or ["*"]), and one of token_sha256, '
+        "token_file, token_env; never the token itself",
+        parse=parse_entries,
+    ),
+    Key(
+        "serve",
+        "allowed_origins",
+        (),
+        "browser origins an HTTP request may come from besides loopback's "
+        "(http://localhost:*, http://127.0.0.1:*, http://[::1]:*); a trailing :* takes any port",
+    ),
+    Key(
+        "serve",
+        "allowed_hosts",
+        (),
+        "Host header values accepted besides loopback's and the bind address's; a trailing :* "
+        "takes any port",
+    ),
+    Key(
+        "serve",
+        "per_credential_rps",
+        50.0,
+        "HTTP requests per second one credential (or, unauthenticated, all callers) may make; "
+        "bursts of twice that; past it 429 with Retry-After",
+        minimum=0.1,
+        maximum=100_000.0,
+    ),
+    Key(
+        "serve",
+        "per_session_rps",
+        100.0,
+        "HTTP requests per second one session takes from every caller together; bursts of "
+        "twice that; past it 429 with Retry-After",
+        minimum=0.1,
+        maximum=100_000.0,
+    ),
+    Key(
+        "serve",
+        "max_live_sessions",
+        32,
+        "MCP sessions an HTTP serve keeps open at once, over all its sessions; past it 503",
+        minimum=1,
+        maximum=100_000,
+    ),
+    Key(
+        "serve",
+        "session_idle_timeout_s",
+        1800.0,
+        "an MCP session over HTTP with no request for this long is closed (its client starts "
+        "a new one)",
+        minimum=1.0,
+        maximum=604_800.0,
+    ),
+    Key(
+        "serve",
+        "max_request_bytes",
+        4 * 1024 * 1024,
+        "the largest HTTP request body, refused with 413 before it is read; at most the 4 MiB "
+        "every transport caps a request at",
+        minimum=1024,
+        maximum=4 * 1024 * 1024,
+    ),
     Key(
         "serve",
         "lease_ttl_s",
@@ -405,6 +496,8 @@ SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(k.section for k in KEYS))
 
 def coerce(key: Key, raw: object, origin: str) -> Value:
     """Check one value against its key's type and rule; ``origin`` names where it came from."""
+    if key.parse is not None:
+        return key.parse(raw, origin)
     value = _PARSERS.get(key.kind, _as_string)(key, raw, origin)
     if key.choices is not None and value not in key.choices:
         raise ConfigError(f"{key.dotted} ({origin}) must be one of {', '.join(key.choices)}")
@@ -465,7 +558,17 @@ def _as_string(key: Key, raw: object, origin: str) -> Value:
     return raw
 
 
+def _as_strings(key: Key, raw: object, origin: str) -> Value:
+    """A TOML array of strings; from a variable, comma-separated; from flags, a tuple."""
+    if isinstance(raw, str):
+        raw = [part.strip() for part in raw.split(",") if part.strip()]
+    if not isinstance(raw, list | tuple) or not all(isinstance(v, str) and v for v in raw):
+        raise ConfigError(f"{key.dotted} ({origin}) must be a list of non-empty strings")
+    return tuple(raw)
+
+
 _PARSERS: dict[type, Callable[[Key, object, str], Value]] = {
+    tuple: _as_strings,
     bool: _as_bool,
     int: _as_int,
     float: _as_float,

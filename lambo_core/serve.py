@@ -28,8 +28,8 @@ from .clock import SystemClock
 from .config import Config
 from .daemon import Daemon
 from .embed.loader import LoadedModels
-from .errors import ConfigError, LamboError, internal_fault
-from .hub import LeaseKeeper, SessionHub, http_refusal, lease_free
+from .errors import ConfigError, ConflictError, LamboError, internal_fault
+from .hub import LeaseKeeper, SessionHub, holder_dead_here, http_refusal, lease_free
 from .mcp.refusals import ProtocolRefusal
 from .mcp.relay import Outstanding, serve_connection
 from .mcp.server import build_server
@@ -141,7 +141,9 @@ def tool_names() -> list[str]:
 class Serve:
     """One serve process: its store handle, its role in the session, and its tool handler."""
 
-    def __init__(self, config: Config, options: ServeOptions) -> None:
+    def __init__(
+        self, config: Config, options: ServeOptions, models: LoadedModels | None = None
+    ) -> None:
         self.config = config
         self.options = options
         sqlite = config.store_kind == "sqlite"
@@ -149,8 +151,9 @@ class Serve:
         if sqlite:
             warn_if_readable_by_others(config.store_path)
         self.service: MemoryService | None = None
-        #: the models this process loaded: a service opened again after a takeover reuses them
-        self.models = LoadedModels()
+        #: the models this process loaded: a service opened again after a takeover reuses
+        #: them, and the serves of one process (an HTTP serve's sessions) share them
+        self.models = models if models is not None else LoadedModels()
         self.hub = SessionHub(
             self.store,
             options.session,
@@ -235,6 +238,32 @@ class Serve:
         finally:
             self._elected.set()
 
+    async def hold(self) -> None:
+        """Take the session as its only writer, or refuse naming its holder (an HTTP serve
+        never forwards: ``http_refusal``). Opening the service happens here, so a session
+        that cannot be served refuses the start rather than every call."""
+        session = self.options.session
+        try:
+            lease = await anyio.to_thread.run_sync(self.store.get_lease, session)
+            free = lease_free(lease, SystemClock().now())
+            if lease is not None and not free and not holder_dead_here(lease):
+                raise http_refusal(session, lease)
+            role = await self.hub.start()
+        finally:
+            self._elected.set()
+        if role != "hub":  # another serve took it meanwhile
+            lease = await anyio.to_thread.run_sync(self.store.get_lease, session)
+            await self.hub.close()
+            if lease is None:
+                raise ConflictError(f"session {session!r} could not be taken; try again")
+            raise http_refusal(session, lease)
+        log.info("session %s: this serve holds it", session)
+
+    @property
+    def serving(self) -> bool:
+        """This serve holds the session and its service answers."""
+        return self.hub.role == "hub" and self.service is not None
+
     async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         await self._elected.wait()
         if self.error is not None:
@@ -261,22 +290,6 @@ class Serve:
         await self.stop()
         if not self.unfinished:  # a thread may still be writing through it
             self.store.close()
-
-
-def refuse_http(config: Config, options: ServeOptions) -> None:
-    """``--transport http``: a held session is refused naming its holder; HTTP itself is
-    not in this version yet, which is said plainly."""
-    path = config.store_path if config.store_kind == "sqlite" else None
-    store = open_store(config.store_kind, path)
-    try:
-        lease = store.get_lease(options.session)
-        if lease is not None and not lease_free(lease, SystemClock().now()):
-            raise http_refusal(options.session, lease)
-    finally:
-        store.close()
-    raise ConfigError(
-        "the HTTP transport is not available in this version yet; serve over stdio (the default)"
-    )
 
 
 def lease_ttl(config: Config) -> float:
@@ -321,7 +334,7 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
                 bounded_stdio_server() as (read_stream, write_stream),
                 anyio.create_task_group() as signals,
             ):
-                signals.start_soon(_stop_on_signal, stop)
+                signals.start_soon(stop_on_signal, stop)
                 await serve_connection(
                     server, read_stream, write_stream, stop, partial(_stop_answering, serve)
                 )
@@ -387,7 +400,7 @@ def exit_cleanly_until_serving() -> None:
         signal.signal(signum, leave)
 
 
-async def _stop_on_signal(stop: anyio.Event) -> None:
+async def stop_on_signal(stop: anyio.Event) -> None:
     with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:
             if not stop.is_set():

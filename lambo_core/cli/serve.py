@@ -23,7 +23,13 @@ def provision(ctx: Context, store: str | None) -> None:
 
 
 @click.command("serve")
-@click.option("--session", required=True, help="the session to hold and serve")
+@click.option(
+    "--session",
+    "sessions",
+    multiple=True,
+    help="the session to hold and serve; over HTTP, repeat it to serve several "
+    "(also [serve] sessions)",
+)
 @click.option(
     "--agent",
     default="lambo-serve",
@@ -37,8 +43,19 @@ def provision(ctx: Context, store: str | None) -> None:
     default=None,
     help="stdio (the default) or http",
 )
-@click.option("--port", type=click.IntRange(1, 65535), default=None, help="HTTP port (7700)")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="HTTP port (7700; 0 picks a free one, logged at start)",
+)
 @click.option("--bind", default=None, help="HTTP bind address (127.0.0.1)")
+@click.option(
+    "--auth-token",
+    default=None,
+    help="a bearer token every HTTP request must carry (LAMBO_AUTH_TOKEN keeps it out of "
+    "the process list)",
+)
 @click.option(
     "--allow-embedding-mismatch",
     is_flag=True,
@@ -48,40 +65,80 @@ def provision(ctx: Context, store: str | None) -> None:
 @reports_errors
 def serve(
     ctx: Context,
-    session: str,
+    sessions: tuple[str, ...],
     agent: str,
     store: str | None,
     transport: str | None,
     port: int | None,
     bind: str | None,
+    auth_token: str | None,
     allow_embedding_mismatch: bool,
 ) -> None:
     """Serve a session's memory over MCP (stdio by default).
 
     \b
-    Example, as an MCP client's command:
+    Examples, as an MCP client's command, and one HTTP serve for every client:
       lambo serve --session demo
+      lambo serve --session demo --session notes --transport http
+    Over HTTP, /mcp serves the first session and /mcp/s/<session> each one.
     """
     from ..serve import ServeOptions, exit_cleanly_until_serving, run_stdio
 
     exit_cleanly_until_serving()
     from ..config import store_flags
-    from ..text import check_agent_id, check_string
+    from ..text import check_agent_id
 
     flags = {
         **store_flags(store),
         "serve.transport": transport,
         "serve.port": port,
         "serve.bind": bind,
+        "serve.auth_token": auth_token,
     }
     config = ctx.config(flags)
-    options = ServeOptions(
-        session=check_string("--session", session),
-        agent=check_agent_id(agent),
-        allow_embedding_mismatch=allow_embedding_mismatch,
-    )
-    if config.get("serve.transport") == "http":
-        from ..serve import refuse_http
+    http = config.get("serve.transport") == "http"
+    names = served_sessions(sessions, config.get("serve.sessions"), http=http)
+    options = [
+        ServeOptions(
+            session=name,
+            agent=check_agent_id(agent),
+            allow_embedding_mismatch=allow_embedding_mismatch,
+        )
+        for name in names
+    ]
+    if http:
+        from ..mcp.http.serve import run_http
 
-        refuse_http(config, options)
-    run_stdio(config, options)
+        run_http(config, options)
+        return
+    run_stdio(config, options[0])
+
+
+def served_sessions(
+    flags: tuple[str, ...], configured: tuple[str, ...], *, http: bool
+) -> list[str]:
+    """The sessions to serve: each --session, else [serve] sessions; stdio serves one, and
+    over HTTP a name goes in the URL, so it cannot hold '/'."""
+    from ..errors import ParameterError
+    from ..text import check_string
+
+    source = "--session" if flags else "serve.sessions"
+    names = [check_string(source, name) for name in (flags or configured)]
+    if not names:
+        raise click.UsageError("give --session (or [serve] sessions in lambo.toml)")
+    if len(set(names)) != len(names):
+        raise ParameterError(f"{source} names a session twice")
+    if not http:
+        if len(names) > 1:
+            raise ParameterError(
+                f"{source} names {len(names)} sessions; a stdio serve serves one (serve "
+                "several with --transport http)"
+            )
+        return names
+    for name in names:
+        if "/" in name:
+            raise ParameterError(
+                f"{source}: an HTTP serve puts each session in its URL (/mcp/s/<session>), "
+                "so a session name cannot hold '/'"
+            )
+    return names

@@ -1,0 +1,231 @@
+"""The ASGI app of an HTTP serve: ``/mcp`` (the default session), ``/mcp/s/<session>``, and
+``/healthz``, each request checked in order: credential (401), session (404), rates (429),
+the live-session ceiling (503), then the session's own SDK session manager, which refuses a
+body over the limit (413) before reading it and checks Host and Origin.
+
+One manager per session, so an MCP session id opened at one URL means nothing at another.
+Every request is logged as one line (method, session, status, duration, credential), never
+its arguments. Spec: "Transports", "Several sessions in one serve".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Message, Receive, Scope, Send
+
+from ...credentials import Credential, Verifier
+from .limits import LiveSessions, RateLimits, Refusal
+
+log = logging.getLogger(__name__)
+#: one line per request; an HTTP serve shows them at INFO unless LAMBO_LOG says otherwise
+request_log = logging.getLogger("lambo_core.mcp.http.requests")
+
+MCP_PATH = "/mcp"
+SESSION_PREFIX = "/mcp/s/"
+HEALTH_PATH = "/healthz"
+#: the rate bucket of a loopback serve's unauthenticated callers (no credential configured)
+ANONYMOUS = "anonymous"
+_SESSION_HEADER = b"mcp-session-id"
+_VERSION_HEADER = b"mcp-protocol-version"
+_AUTHORIZATION = b"authorization"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One served session: its name, its session manager, and whether it answers now."""
+
+    session: str
+    manager: StreamableHTTPSessionManager
+    serving: Callable[[], bool]
+
+
+def open_sessions(manager: StreamableHTTPSessionManager) -> int:
+    """How many MCP sessions ``manager`` has open. The SDK keeps no public count; its own
+    table is the truth (tests/test_http_limits.py fails if an SDK release renames it)."""
+    return len(manager._server_instances)
+
+
+class HttpApp:
+    """Routes, checks and logs every request; ``in_flight`` counts the POSTs being
+    answered, so a stop can let them finish."""
+
+    def __init__(
+        self,
+        endpoints: list[Endpoint],
+        verifier: Verifier,
+        rates: RateLimits,
+        max_live_sessions: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("an HTTP app needs at least one session")
+        self.endpoints = {e.session: e for e in endpoints}
+        self.default = endpoints[0].session
+        self.verifier = verifier
+        self.rates = rates
+        self.live = LiveSessions(max_live_sessions, self.open_sessions)
+        self.clock = clock
+        self.in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self.stopping = False
+
+    def open_sessions(self) -> int:
+        return sum(open_sessions(e.manager) for e in self.endpoints.values())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        started = self.clock()
+        seen: dict[str, Any] = {"status": 0, "session": "-", "credential": "-"}
+
+        async def send_seen(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                seen["status"] = message["status"]
+            await send(message)
+
+        post = scope["method"] == "POST"  # a GET is a stream a stop does not wait for
+        if post:
+            self._begin()
+        try:
+            await self._answer(scope, receive, send_seen, seen)
+        finally:
+            if post:
+                self._end()
+            request_log.info(
+                "http method=%s session=%s status=%s ms=%.1f credential=%s",
+                scope["method"],
+                seen["session"],
+                seen["status"],
+                (self.clock() - started) * 1000,
+                seen["credential"],
+            )
+
+    def _begin(self) -> None:
+        self.in_flight += 1
+        if self._idle.is_set():
+            self._idle = anyio.Event()
+
+    def _end(self) -> None:
+        self.in_flight -= 1
+        if not self.in_flight:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Returns once no POST is being answered."""
+        await self._idle.wait()
+
+    async def _answer(
+        self, scope: Scope, receive: Receive, send: Send, seen: dict[str, Any]
+    ) -> None:
+        path: str = scope["path"]
+        if path == HEALTH_PATH:
+            await self._health(scope, send)
+            return
+        name = self._session_named(path)
+        if name is None:
+            await _refuse(send, Refusal(404, "not found"))
+            return
+        headers = dict(scope["headers"])
+        credential: Credential | None = None
+        if self.verifier.required:
+            credential = self.verifier.identify(_header(headers, _AUTHORIZATION))
+            if credential is None:
+                await _refuse(send, Refusal(401, "unauthorized"), {"www-authenticate": "Bearer"})
+                return
+            seen["credential"] = credential.name
+        endpoint = self.endpoints.get(name)
+        if endpoint is None or (credential is not None and not credential.reaches(name)):
+            # the same answer for a session not served and one this credential cannot reach
+            await _refuse(send, self._not_served(credential))
+            return
+        seen["session"] = name
+        refused = self.rates.admit(credential.name if credential else ANONYMOUS, name)
+        if refused is not None:
+            await _refuse(send, refused)
+            return
+        if credential is not None:
+            # the SDK ties each MCP session to the credential that opened it
+            token = AccessToken(token="", client_id=credential.name, scopes=[])
+            scope = {**scope, "user": AuthenticatedUser(token)}
+        if not _opens_session(scope, headers):
+            await endpoint.manager.handle_request(scope, receive, send)
+            return
+        refused = self.live.admit_new()
+        if refused is not None:
+            await _refuse(send, refused)
+            return
+        try:
+            await endpoint.manager.handle_request(scope, receive, send)
+        finally:
+            self.live.opened()
+
+    def _session_named(self, path: str) -> str | None:
+        """The session a path addresses (``/mcp``: the default one), or None."""
+        if path in (MCP_PATH, MCP_PATH + "/"):
+            return self.default
+        if path.startswith(SESSION_PREFIX):
+            name = path[len(SESSION_PREFIX) :].removesuffix("/")
+            return name if name and "/" not in name else None
+        return None
+
+    def _not_served(self, credential: Credential | None) -> Refusal:
+        if self.verifier.required:
+            return Refusal(404, "not found")
+        served = ", ".join(f"{SESSION_PREFIX}{s}" for s in self.endpoints)
+        return Refusal(404, f"no such session is served here; this serve holds {served}")
+
+    async def _health(self, scope: Scope, send: Send) -> None:
+        """200 while every session answers, 503 while one is starting or the serve stops;
+        it says nothing of what memory holds."""
+        if scope["method"] not in ("GET", "HEAD"):
+            await _refuse(send, Refusal(405, "method not allowed"), {"allow": "GET, HEAD"})
+            return
+        serving = not self.stopping and all(e.serving() for e in self.endpoints.values())
+        status = "stopping" if self.stopping else "ok" if serving else "starting"
+        body = {"status": status, "sessions": len(self.endpoints)}
+        await _send_json(send, 200 if serving else 503, body, {})
+
+
+def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    raw = headers.get(name)
+    return raw.decode("latin-1") if raw is not None else None
+
+
+def _opens_session(scope: Scope, headers: dict[bytes, bytes]) -> bool:
+    """A handshake-era POST without a session id: it would open an MCP session. (A
+    2026-07-28 request carries no session and opens none.)"""
+    if scope["method"] != "POST" or _SESSION_HEADER in headers:
+        return False
+    version = _header(headers, _VERSION_HEADER)
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+async def _refuse(send: Send, refusal: Refusal, headers: dict[str, str] | None = None) -> None:
+    """A refusal as the SDK words its own: a JSON-RPC error with no id."""
+    extra = dict(headers or {})
+    if refusal.retry_after is not None:
+        extra["retry-after"] = str(refusal.retry_after)
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": refusal.message}}
+    await _send_json(send, refusal.status, body, extra)
+
+
+async def _send_json(send: Send, status: int, body: object, headers: dict[str, str]) -> None:
+    data = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})

@@ -1,0 +1,122 @@
+"""The limits an HTTP serve applies before a request reaches a session: request rates per
+credential and per session (token buckets, 429 with Retry-After) and the ceiling on live
+MCP sessions across every session the serve holds (503).
+
+The request-body limit (413) is the SDK's, read before the body (``app``). Defaults and
+why: docs/design.md (the HTTP transport).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+#: a bucket holds this many seconds of its rate, so a client may burst to twice its rate
+BURST_SECONDS = 2.0
+
+
+@dataclass
+class TokenBucket:
+    """``rate`` requests a second, bursts of ``rate * BURST_SECONDS``."""
+
+    rate: float
+    clock: Callable[[], float] = time.monotonic
+    tokens: float = field(init=False)
+    stamp: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = self.capacity
+        self.stamp = self.clock()
+
+    @property
+    def capacity(self) -> float:
+        return self.rate * BURST_SECONDS
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def available(self) -> bool:
+        self._refill()
+        return self.tokens >= 1.0
+
+    def take(self) -> None:
+        self.tokens -= 1.0
+
+    def retry_after(self) -> int:
+        """Whole seconds until one request would be admitted (at least 1, as Retry-After)."""
+        return max(1, math.ceil((1.0 - self.tokens) / self.rate))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A limit's answer: the status, what the body says, and the headers."""
+
+    status: int
+    message: str
+    retry_after: int | None = None
+
+
+class RateLimits:
+    """One bucket per credential (the unauthenticated callers of a loopback serve share
+    one) and one per session. A request takes from both or from neither, so a caller
+    refused by the session's rate does not also spend its own."""
+
+    def __init__(
+        self,
+        per_credential_rps: float,
+        per_session_rps: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_credential_rps = per_credential_rps
+        self.per_session_rps = per_session_rps
+        self.clock = clock
+        self._credentials: dict[str, TokenBucket] = {}
+        self._sessions: dict[str, TokenBucket] = {}
+
+    def _bucket(self, table: dict[str, TokenBucket], name: str, rate: float) -> TokenBucket:
+        bucket = table.get(name)
+        if bucket is None:
+            bucket = table[name] = TokenBucket(rate, self.clock)
+        return bucket
+
+    def admit(self, credential: str, session: str) -> Refusal | None:
+        """None when the request may go on (both buckets spent), else the 429."""
+        mine = self._bucket(self._credentials, credential, self.per_credential_rps)
+        theirs = self._bucket(self._sessions, session, self.per_session_rps)
+        if not mine.available():
+            return Refusal(429, "too many requests from this credential", mine.retry_after())
+        if not theirs.available():
+            return Refusal(429, "too many requests to this session", theirs.retry_after())
+        mine.take()
+        theirs.take()
+        return None
+
+
+class LiveSessions:
+    """The ceiling on MCP sessions open at once over every session the serve holds.
+
+    ``count`` reads how many the session managers have open (``app.open_sessions``): the
+    SDK keeps that book, so expiry and DELETE free room without a count of our own
+    drifting. A request opening a session counts from its admission until it is answered,
+    so two opening at once cannot both take the last place (one opened meanwhile may be
+    counted twice for that moment: refusing early, never admitting past the ceiling).
+    """
+
+    def __init__(self, ceiling: int, count: Callable[[], int]) -> None:
+        self.ceiling = ceiling
+        self.count = count
+        self.opening = 0
+
+    def admit_new(self) -> Refusal | None:
+        """None, counting the request as opening until ``opened``; else the 503."""
+        if self.count() + self.opening >= self.ceiling:
+            return Refusal(503, "too many open MCP sessions; retry later", 1)
+        self.opening += 1
+        return None
+
+    def opened(self) -> None:
+        self.opening -= 1

@@ -1,0 +1,274 @@
+"""``lambo serve --transport http``: hold every session named, then answer Streamable HTTP.
+
+Each session is a ``Serve`` of its own (lease, write queue, receipts, daemon, hub socket,
+so stdio serves and CLI calls of it forward here), all sharing one loaded model. The
+serve fails closed: off loopback it does not start without a credential, and a session
+another process holds refuses the start, naming the holder. A stop signal stops every
+session the way a stdio stop does, while HTTP still answers the calls in flight. Spec:
+"Transports", "HTTP for a machine with several independent clients".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+
+import anyio
+import uvicorn
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from ...config import Config
+from ...credentials import Credential, Verifier, resolve
+from ...embed.loader import LoadedModels
+from ...errors import ConfigError
+from ...serve import (
+    ANSWER_GRACE_S,
+    Serve,
+    ServeOptions,
+    exit_without_teardown,
+    shutdown_budget,
+    stop_on_signal,
+    tool_names,
+)
+from ..server import build_server
+from .app import MCP_PATH, SESSION_PREFIX, Endpoint, HttpApp
+from .limits import RateLimits
+
+log = logging.getLogger(__name__)
+#: the HTTP serve's own lines (where it listens, one per request): INFO unless LAMBO_LOG says
+http_log = logging.getLogger("lambo_core.mcp.http")
+
+LOOPBACK_NAMES = ("localhost",)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """What an HTTP serve listens on and whom it lets in, resolved from the config."""
+
+    bind: str
+    port: int
+    credentials: tuple[Credential, ...]
+    allowed_hosts: tuple[str, ...]
+    allowed_origins: tuple[str, ...]
+    per_credential_rps: float
+    per_session_rps: float
+    max_live_sessions: int
+    session_idle_timeout_s: float
+    max_request_bytes: int
+
+    @classmethod
+    def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> HttpSettings:
+        """Refuses, before anything listens, a bind off loopback without a credential."""
+        bind = str(config.get("serve.bind")).strip()
+        credentials = resolve(
+            config.get("serve.credential"), str(config.get("serve.auth_token")), env
+        )
+        if not is_loopback(bind) and not credentials:
+            raise ConfigError(
+                f"serve.bind {bind} is not a loopback address, and an HTTP serve off loopback "
+                "is a session writer open to the network: configure a bearer token "
+                "(--auth-token or LAMBO_AUTH_TOKEN) or a [[serve.credential]] in lambo.toml, "
+                "or bind 127.0.0.1"
+            )
+        port = int(config.get("serve.port"))
+        return cls(
+            bind=bind,
+            port=port,
+            credentials=credentials,
+            allowed_hosts=config.get("serve.allowed_hosts"),
+            allowed_origins=config.get("serve.allowed_origins"),
+            per_credential_rps=float(config.get("serve.per_credential_rps")),
+            per_session_rps=float(config.get("serve.per_session_rps")),
+            max_live_sessions=int(config.get("serve.max_live_sessions")),
+            session_idle_timeout_s=float(config.get("serve.session_idle_timeout_s")),
+            max_request_bytes=int(config.get("serve.max_request_bytes")),
+        )
+
+    def security(self, port: int) -> TransportSecuritySettings:
+        """Host and Origin checks for the port actually listened on."""
+        return security_settings(self.bind, port, self.allowed_hosts, self.allowed_origins)
+
+
+def is_loopback(bind: str) -> bool:
+    """127.0.0.0/8, ::1, or localhost; a wildcard (0.0.0.0, ::) or any other name is not."""
+    if bind.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(bind.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def security_settings(
+    bind: str, port: int, extra_hosts: tuple[str, ...], extra_origins: tuple[str, ...]
+) -> TransportSecuritySettings:
+    """DNS-rebinding protection: the Host a request names must be this serve's, and a
+    browser Origin must be loopback's or one the operator allowed."""
+    hosts = [f"{h}:{port}" for h in LOOPBACK_HOSTS]
+    shown = f"[{bind.strip('[]')}]" if ":" in bind else bind
+    if not is_loopback(bind) and not _is_wildcard(bind):
+        hosts.append(f"{shown}:{port}")
+    if _is_wildcard(bind):
+        name = socket.gethostname()
+        hosts += [f"{name}:{port}", f"{socket.getfqdn()}:{port}"]
+    origins = [f"http://{h}:*" for h in LOOPBACK_HOSTS]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=list(dict.fromkeys([*hosts, *extra_hosts])),
+        allowed_origins=list(dict.fromkeys([*origins, *extra_origins])),
+    )
+
+
+def _is_wildcard(bind: str) -> bool:
+    try:
+        return ipaddress.ip_address(bind.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def listen(bind: str, port: int) -> socket.socket:
+    """The listening socket, bound before any session is taken, so a busy port refuses the
+    start without touching a lease."""
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    try:
+        sock = socket.create_server((bind.strip("[]"), port), family=family, backlog=128)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {bind}:{port} ({exc.strerror or exc}); pick another --port or --bind"
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handlers: the serve's stop decides when it exits."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+def session_manager(
+    server: object, settings: HttpSettings, port: int
+) -> StreamableHTTPSessionManager:
+    return StreamableHTTPSessionManager(
+        app=server,  # type: ignore[arg-type]
+        security_settings=settings.security(port),
+        session_idle_timeout=settings.session_idle_timeout_s,
+        max_request_body_size=settings.max_request_bytes,
+        max_sessions=settings.max_live_sessions,
+    )
+
+
+async def serve_http(config: Config, options: list[ServeOptions]) -> list[Serve]:
+    """Hold every session, serve HTTP until a stop signal, then stop every session cleanly.
+    Returns the serves, whose ``unfinished`` tells the caller how the process may exit."""
+    settings = HttpSettings.from_config(config)
+    budget_s = shutdown_budget(config)
+    sock = listen(settings.bind, settings.port)
+    models = LoadedModels()  # one model load for every session
+    serves = [Serve(config, o, models=models) for o in options]
+    try:
+        for serve in serves:
+            await serve.hold()
+        await _serve_until_stopped(serves, settings, sock, budget_s)
+    finally:
+        sock.close()
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for serve in serves:
+                    tg.start_soon(serve.close)
+    return serves
+
+
+async def _serve_until_stopped(
+    serves: list[Serve], settings: HttpSettings, sock: socket.socket, budget_s: float
+) -> None:
+    port = sock.getsockname()[1]  # the one --port 0 was given
+    endpoints = [
+        Endpoint(
+            s.options.session,
+            session_manager(build_server(s.options.session, s, tool_names), settings, port),
+            lambda s=s: s.serving,  # type: ignore[misc]
+        )
+        for s in serves
+    ]
+    app = HttpApp(
+        endpoints,
+        Verifier(settings.credentials),
+        RateLimits(settings.per_credential_rps, settings.per_session_rps),
+        settings.max_live_sessions,
+    )
+    server = _Uvicorn(
+        uvicorn.Config(
+            app,
+            lifespan="off",
+            log_config=None,
+            access_log=False,  # app.request_log writes one line per request instead
+            timeout_graceful_shutdown=int(max(1, ANSWER_GRACE_S)),
+        )
+    )
+    if "LAMBO_LOG" not in os.environ:  # an HTTP serve's operator reads its request log
+        http_log.setLevel(logging.INFO)
+    stop = anyio.Event()
+    async with contextlib.AsyncExitStack() as stack:
+        for endpoint in endpoints:
+            await stack.enter_async_context(endpoint.manager.run())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signal, stop)
+            tg.start_soon(partial(_stop_when_asked, stop, serves, app, server, budget_s))
+            announce(serves, settings.bind, port)
+            await server.serve(sockets=[sock])
+            tg.cancel_scope.cancel()
+
+
+def announce(serves: list[Serve], bind: str, port: int) -> None:
+    """Where each session answers (with --port 0, the port picked)."""
+    host = f"[{bind.strip('[]')}]" if ":" in bind else bind
+    base = f"http://{host}:{port}"
+    http_log.info(
+        "listening on %s; %s%s serves session %s", base, base, MCP_PATH, serves[0].options.session
+    )
+    for serve in serves:
+        http_log.info(
+            "session %s at %s%s%s",
+            serve.options.session,
+            base,
+            SESSION_PREFIX,
+            serve.options.session,
+        )
+
+
+async def _stop_when_asked(
+    stop: anyio.Event, serves: list[Serve], app: HttpApp, server: uvicorn.Server, budget_s: float
+) -> None:
+    """On a stop signal: stop every session inside the one budget while HTTP still answers
+    (a wait on a receipt hears it settle), let the calls in flight be answered, then end
+    HTTP."""
+    await stop.wait()
+    app.stopping = True
+    ends = time.monotonic() + budget_s
+    answer_grace = min(ANSWER_GRACE_S, budget_s / 4)
+    async with anyio.create_task_group() as tg:
+        for serve in serves:
+            tg.start_soon(serve.stop, max(0.0, ends - time.monotonic() - answer_grace))
+    with anyio.move_on_after(max(0.0, min(answer_grace, ends - time.monotonic()))):
+        await app.drained()
+    server.should_exit = True
+
+
+def run_http(config: Config, options: list[ServeOptions]) -> None:
+    """``lambo serve --transport http``, to the end of the process (an unfinished stop
+    exits without the interpreter's teardown, as ``run_stdio`` explains)."""
+    served = anyio.run(serve_http, config, options)
+    if any(s.unfinished for s in served):
+        exit_without_teardown(0)

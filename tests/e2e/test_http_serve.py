@@ -1,0 +1,98 @@
+"""`lambo serve --transport http` over real HTTP on 127.0.0.1 with the SDK's own client:
+both protocol versions, the same tools and receipts as stdio, several sessions kept apart,
+and a stdio serve of an HTTP-held session forwarding to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.e2e.conftest import body, derive, lambo_argv, serve_env
+from tests.e2e.http_serve import HttpServe, http_client
+
+
+async def _derive_wait_recall(client: Client, content: str, query: str) -> dict[str, object]:
+    receipt = await derive(client, content)
+    waited = body(
+        await client.call_tool(
+            "lambo_stats", {"agent_id": "agent-a", "receipt": receipt, "wait_ms": 30_000}
+        )
+    )
+    assert waited["receipt"]["state"] == "applied"
+    return body(await client.call_tool("lambo_recall", {"agent_id": "agent-a", "query": query}))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_the_sdk_client_lists_derives_waits_and_recalls(
+    served_home: Path, tmp_path: Path, mode: str
+) -> None:
+    with HttpServe(served_home, tmp_path / "m.db") as serve:
+        url = serve.url("web")
+
+        async def scenario() -> None:
+            async with http_client(url, mode=mode) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert names[:3] == ["lambo_recall", "lambo_derive", "lambo_record_action"]
+                recalled = await _derive_wait_recall(
+                    client, "the deploy script lives in ops/deploy.sh", "deploy script"
+                )
+                hits = recalled["hits"]
+                assert isinstance(hits, list)
+                assert hits[0]["content"] == "the deploy script lives in ops/deploy.sh"
+
+        anyio.run(scenario)
+        assert serve.stop() == 0
+    assert "http method=POST session=web status=200" in serve.log
+    assert "ops/deploy.sh" not in serve.log  # arguments are never logged
+
+
+def test_two_sessions_of_one_serve_stay_apart(served_home: Path, tmp_path: Path) -> None:
+    with HttpServe(served_home, tmp_path / "m.db", ("alpha", "beta")) as serve:
+
+        async def scenario() -> None:
+            async with http_client(serve.url("alpha")) as alpha:
+                await _derive_wait_recall(alpha, "alpha keeps its notes in a red box", "notes")
+            async with http_client(serve.url("beta")) as beta:
+                stats = body(await beta.call_tool("lambo_stats", {"agent_id": "agent-a"}))
+                assert stats["concept_count"] == 0
+                recalled = body(
+                    await beta.call_tool("lambo_recall", {"agent_id": "agent-a", "query": "notes"})
+                )
+                assert recalled["hits"] == []
+            # /mcp is the first session's
+            async with http_client(serve.url()) as default:
+                stats = body(await default.call_tool("lambo_stats", {"agent_id": "agent-a"}))
+                assert stats["concept_count"] == 1
+                assert default.instructions and "alpha" in default.instructions
+
+        anyio.run(scenario)
+        assert serve.stop() == 0
+
+
+def test_a_stdio_serve_of_an_http_held_session_forwards_to_it(
+    served_home: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "m.db"
+    with HttpServe(served_home, store, ("shared",)) as serve:
+        url = serve.url("shared")
+        stdio = StdioServerParameters(
+            command=lambo_argv()[0],
+            args=[*lambo_argv()[1:], "serve", "--session", "shared", "--store", str(store)],
+            env=serve_env(served_home),
+            cwd=str(served_home),
+        )
+
+        async def scenario() -> None:
+            async with Client(stdio) as forwarded:
+                await _derive_wait_recall(forwarded, "the cache is flushed at midnight", "cache")
+                stats = body(await forwarded.call_tool("lambo_stats", {"agent_id": "agent-a"}))
+            async with http_client(url) as direct:
+                held = body(await direct.call_tool("lambo_stats", {"agent_id": "agent-a"}))
+            assert held["concept_count"] == 1
+            assert stats["holder_pid"] == held["holder_pid"] == serve.proc.pid
+
+        anyio.run(scenario)
+        assert serve.stop() == 0
