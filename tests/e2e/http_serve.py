@@ -22,6 +22,16 @@ LISTENING = re.compile(r"listening on (http://[^;\s]+)")
 START_BOUND_S = 120.0  # a start past this is a failure, not a slow machine
 
 
+def serve_settings(home: Path, **settings: object) -> None:
+    """Add a [serve] table to the LAMBO_HOME's lambo.toml (served_home writes [embedder])."""
+    import tomli_w
+
+    config = home / "config" / "lambo.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    with config.open("a", encoding="utf-8") as fh:
+        fh.write("\n" + tomli_w.dumps({"serve": settings}))
+
+
 class HttpServe:
     """One HTTP serve. ``base`` is ``http://127.0.0.1:<port>`` once it listens; ``exited``
     holds its exit status (or a failure to start) with its stderr in ``log``."""

@@ -153,7 +153,12 @@ class HttpApp:
             await _refuse(send, self._not_served(credential))
             return
         seen["session"] = name
-        refused = self.rates.admit(credential.name if credential else ANONYMOUS, name)
+        # ending an MCP session (DELETE) is never throttled: it frees a place
+        refused = (
+            None
+            if scope["method"] == "DELETE"
+            else self.rates.admit(credential.name if credential else ANONYMOUS, name)
+        )
         if refused is not None:
             await _refuse(send, refused)
             return
