@@ -503,10 +503,15 @@ def coerce(key: Key, raw: object, origin: str) -> Value:
         raise ConfigError(f"{key.dotted} ({origin}) must be one of {', '.join(key.choices)}")
     if isinstance(value, int | float) and not isinstance(value, bool):
         if key.minimum is not None and value < key.minimum:
-            raise ConfigError(f"{key.dotted} ({origin}) must be at least {key.minimum:g}")
+            raise ConfigError(f"{key.dotted} ({origin}) must be at least {_number(key.minimum)}")
         if key.maximum is not None and value > key.maximum:
-            raise ConfigError(f"{key.dotted} ({origin}) must be at most {key.maximum:g}")
+            raise ConfigError(f"{key.dotted} ({origin}) must be at most {_number(key.maximum)}")
     return value
+
+
+def _number(bound: float) -> str:
+    """A bound as a person writes it: 4194304, not 4.1943e+06; 0.1 stays 0.1."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 _TRUE = ("1", "true", "yes", "on")
