@@ -4,7 +4,10 @@ and a stdio serve of an HTTP-held session forwarding to it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -72,7 +75,7 @@ def test_two_sessions_of_one_serve_stay_apart(served_home: Path, tmp_path: Path)
         assert serve.stop() == 0
 
 
-def test_a_stdio_serve_of_an_http_held_session_forwards_to_it(
+def test_a_stdio_serve_and_a_cli_call_of_an_http_held_session_forward_to_it(
     served_home: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "m.db"
@@ -95,4 +98,20 @@ def test_a_stdio_serve_of_an_http_held_session_forwards_to_it(
             assert stats["holder_pid"] == held["holder_pid"] == serve.proc.pid
 
         anyio.run(scenario)
+
+        def shell(*args: str) -> dict[str, Any]:
+            ran = subprocess.run(
+                [*lambo_argv(), *args, "--session", "shared", "--store", str(store), "--json"],
+                capture_output=True,
+                text=True,
+                env=serve_env(served_home),
+                cwd=served_home,
+                timeout=120,
+            )
+            assert ran.returncode == 0, ran.stderr
+            return dict(json.loads(ran.stdout))
+
+        recalled = shell("recall", "--query", "when is the cache flushed")
+        assert recalled["hits"][0]["content"] == "the cache is flushed at midnight"
+        assert shell("stats")["holder_pid"] == serve.proc.pid  # answered by the HTTP serve
         assert serve.stop() == 0
