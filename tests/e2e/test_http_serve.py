@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 
+from lambo_core.store import SqliteStore
 from tests.e2e.conftest import body, derive, lambo_argv, serve_env
-from tests.e2e.http_serve import HttpServe, http_client
+from tests.e2e.http_serve import HttpServe, http_client, serve_settings
 
 
 async def _derive_wait_recall(client: Client, content: str, query: str) -> dict[str, object]:
@@ -114,4 +117,73 @@ def test_a_stdio_serve_and_a_cli_call_of_an_http_held_session_forward_to_it(
         recalled = shell("recall", "--query", "when is the cache flushed")
         assert recalled["hits"][0]["content"] == "the cache is flushed at midnight"
         assert shell("stats")["holder_pid"] == serve.proc.pid  # answered by the HTTP serve
+        assert serve.stop() == 0
+
+
+def test_a_session_held_elsewhere_refuses_the_start_and_frees_the_others(
+    served_home: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "m.db"
+    argv = lambo_argv()
+
+    def stdio(session: str) -> StdioServerParameters:
+        return StdioServerParameters(
+            command=argv[0],
+            args=[*argv[1:], "serve", "--session", session, "--store", str(store)],
+            env=serve_env(served_home),
+            cwd=str(served_home),
+        )
+
+    async def scenario() -> None:
+        async with Client(stdio("taken")) as holder:
+            held = body(await holder.call_tool("lambo_stats", {"agent_id": "a"}))
+            with HttpServe(served_home, store, ("free", "taken")) as serve:
+                assert await anyio.to_thread.run_sync(serve.wait_exit) == 1
+            last = serve.lines[-1]
+            assert last.startswith("lambo: conflict: session 'taken' is already held by"), last
+            assert f"pid {held['holder_pid']}" in last
+            assert serve.base is None  # it never listened
+        # "free" was taken first, then given back (not left to lapse with the process)
+        leases = SqliteStore(store)
+        try:
+            lease = leases.get_lease("free")
+            assert lease is not None and lease.pid == serve.proc.pid
+            assert lease.expires_at == 0
+        finally:
+            leases.close()
+
+    anyio.run(scenario)
+
+
+def test_an_idle_mcp_session_expires_and_frees_its_place(served_home: Path, tmp_path: Path) -> None:
+    serve_settings(served_home, session_idle_timeout_s=1.0)
+    with HttpServe(served_home, tmp_path / "m.db") as serve:
+        url = serve.url("web")
+        base = serve.wait_listening()
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "idle-test", "version": "1"},
+            },
+        }
+        headers = {"Accept": "application/json, text/event-stream"}
+        with httpx2.Client(timeout=30) as http:
+            opened = http.post(url, json=initialize, headers=headers)
+            assert opened.status_code == 200
+            session_id = opened.headers["mcp-session-id"]
+            assert http.get(f"{base}/healthz").json()["mcp_sessions"] == 1
+            deadline = time.monotonic() + 60  # a failure bound, not a pacing
+            while http.get(f"{base}/healthz").json()["mcp_sessions"]:
+                assert time.monotonic() < deadline, "the idle session never expired"
+                time.sleep(0.2)
+            listed = http.post(
+                url,
+                json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                headers={**headers, "mcp-session-id": session_id},
+            )
+            assert listed.status_code == 404  # the client must start a new session
         assert serve.stop() == 0

@@ -195,13 +195,18 @@ class HttpApp:
 
     async def _health(self, scope: Scope, send: Send) -> None:
         """200 while every session answers, 503 while one is starting or the serve stops;
-        it says nothing of what memory holds."""
+        it counts sessions and open MCP sessions, and says nothing of what memory holds."""
         if scope["method"] not in ("GET", "HEAD"):
             await _refuse(send, Refusal(405, "method not allowed"), {"allow": "GET, HEAD"})
             return
         serving = not self.stopping and all(e.serving() for e in self.endpoints.values())
         status = "stopping" if self.stopping else "ok" if serving else "starting"
-        body = {"status": status, "sessions": len(self.endpoints)}
+        body = {
+            "status": status,
+            "sessions": len(self.endpoints),
+            "mcp_sessions": self.open_sessions(),
+            "max_mcp_sessions": self.live.ceiling,
+        }
         await _send_json(send, 200 if serving else 503, body, {})
 
 
