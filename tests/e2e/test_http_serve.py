@@ -31,15 +31,16 @@ async def _derive_wait_recall(client: Client, content: str, query: str) -> dict[
     return body(await client.call_tool("lambo_recall", {"agent_id": "agent-a", "query": query}))
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize(("mode", "version"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
 def test_the_sdk_client_lists_derives_waits_and_recalls(
-    served_home: Path, tmp_path: Path, mode: str
+    served_home: Path, tmp_path: Path, mode: str, version: str
 ) -> None:
     with HttpServe(served_home, tmp_path / "m.db") as serve:
         url = serve.url("web")
 
         async def scenario() -> None:
             async with http_client(url, mode=mode) as client:
+                assert client.protocol_version == version
                 names = [t.name for t in (await client.list_tools()).tools]
                 assert names[:3] == ["lambo_recall", "lambo_derive", "lambo_record_action"]
                 recalled = await _derive_wait_recall(
