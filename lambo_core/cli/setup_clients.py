@@ -1,6 +1,9 @@
-"""`lambo setup CLIENT`: the MCP config for lambo for a client, printed or merged."""
+"""`lambo setup CLIENT`: the MCP config for lambo for a client, printed or merged;
+`lambo setup --check`: every config layer on this machine that names lambo."""
 
 from __future__ import annotations
+
+import sys
 
 import click
 
@@ -31,6 +34,12 @@ CLIENT_NAMES = ["claude", "cursor", "codex", "pi", "generic"]
     is_flag=True,
     help="merge the entry into the client's file (a .bak keeps the previous one)",
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help="list every config layer on this machine that names lambo (takes no CLIENT); "
+    "exit 1 when one is flagged",
+)
 @reports_errors
 def setup_cmd(
     client: str | None,
@@ -39,9 +48,16 @@ def setup_cmd(
     url: str | None,
     token_env: str | None,
     write: bool,
+    check: bool,
 ) -> None:
     """Print (or with --write, merge) the MCP config that runs lambo for CLIENT (claude,
     cursor, codex, pi or generic), or with --url points CLIENT at an HTTP serve.
+
+    --check lists each layer that names lambo (the project .mcp.json, ~/.claude.json,
+    Cursor's, Codex's, Pi's and OMP's files) with its form (command, url or both) and
+    target. It flags a layer holding command beside url, layers that name lambo
+    differently, and a file that does not parse. Exit status: 0 when nothing is
+    flagged, 1 when something is.
 
     \b
     Examples:
@@ -49,11 +65,34 @@ def setup_cmd(
       lambo setup cursor --write
       lambo setup codex --pyz dist/lambo.pyz --session myproject
       lambo setup pi --url http://127.0.0.1:7700/mcp/s/myproject --write
+      lambo setup --check
     """
     from ..errors import ParameterError
 
+    if check:
+        given = [
+            name
+            for name, value in (
+                ("CLIENT", client),
+                ("--pyz", pyz),
+                ("--session", session),
+                ("--url", url),
+                ("--auth-token-env", token_env),
+                ("--write", write or None),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ParameterError(
+                f"--check reads every layer and writes none; it takes no {', '.join(given)}"
+            )
+        from ..setup_check import check_report
+
+        report, flagged = check_report()
+        click.echo(report, nl=False)
+        sys.exit(1 if flagged else 0)
     if client is None:
-        raise ParameterError(f"lambo setup needs a CLIENT ({', '.join(CLIENT_NAMES)})")
+        raise ParameterError(f"lambo setup needs a CLIENT ({', '.join(CLIENT_NAMES)}), or --check")
     from ..setup_clients import setup_client
 
     printed = setup_client(
