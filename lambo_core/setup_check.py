@@ -56,6 +56,8 @@ def layer_files(home: Path, cwd: Path, env: dict[str, str] | None = None) -> lis
         LayerFile(cwd / ".codex" / "config.toml", toml=True),
         LayerFile(pi_file(home, env), writer="pi"),
         LayerFile(cwd / ".pi" / "mcp.json"),
+        LayerFile(home / ".config" / "mcp" / "mcp.json"),  # shared files pi-mcp-adapter reads
+        LayerFile(home / ".agents" / "mcp.json"),
         LayerFile(cwd / ".omp" / "mcp.json"),  # an OMP workspace
         LayerFile(cwd / ".omp" / ".mcp.json"),
         LayerFile(home / ".omp" / "agent" / "mcp.json"),

@@ -76,6 +76,7 @@ def every_layer(home: Path, project: Path, entry: Any) -> None:
     )
     put_json(home / ".pi" / "agent" / "mcp.json", servers(entry))
     put_json(project / ".pi" / "mcp.json", servers({"directTools": True}))
+    put_json(home / ".config" / "mcp" / "mcp.json", servers(entry))
     put_json(project / ".omp" / "mcp.json", servers({"type": "http", **entry}))
     put_json(home / ".omp" / "agent" / "mcp.json", servers({"type": "http", **entry}))
 
@@ -108,11 +109,12 @@ def test_every_layer_kind_agreeing_on_one_url_exits_0(home: Path) -> None:
         f"~/.pi/agent/mcp.json: url {URL}",
         f"{project / '.pi' / 'mcp.json'}: neither command nor url "
         "(settings for an entry another layer defines)",
+        f"~/.config/mcp/mcp.json: url {URL}",
         f"{project / '.omp' / 'mcp.json'}: url {URL}",
         f"~/.omp/agent/mcp.json: url {URL}",
     ]
     assert "flagged:" not in out.output
-    assert out.output.endswith("\n11 layers name lambo; nothing flagged\n")
+    assert out.output.endswith("\n12 layers name lambo; nothing flagged\n")
 
 
 def test_codex_home_and_pi_agent_dir_are_followed(
