@@ -1,7 +1,9 @@
-"""`lambo setup CLIENT`: the MCP client configuration that runs ``lambo serve``, printed or
-merged into the client's own file (claude, cursor, codex, generic). The spec's "HTTP for a
-machine with several independent clients" names the files; how a merge keeps the rest of a
-file is in docs/design.md. Paths follow ``HOME``, so tests point it at a temporary directory.
+"""`lambo setup CLIENT`: the MCP client configuration for lambo, printed or merged into the
+client's own file (claude, cursor, codex, pi, generic). The entry either runs ``lambo serve``
+(the command form) or, with ``--url``, points at an HTTP serve (the url form, built in
+setup_url.py). The spec's "HTTP for a machine with several independent clients" names the
+files; how a merge keeps the rest of a file is in docs/design.md. Paths follow ``HOME`` (and
+``CODEX_HOME``, ``PI_CODING_AGENT_DIR``), so tests point them at a temporary directory.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from typing import Any
 
 import tomli_w
 
-from .errors import ConfigError
+from .errors import ConfigError, ParameterError
+from .setup_url import ServerUrl, check_token_env, check_url
 from .text import check_string
 
-CLIENTS = ("claude", "cursor", "codex", "generic")
+CLIENTS = ("claude", "cursor", "codex", "pi", "generic")
 SERVER_NAME = "lambo"
 FALLBACK_SESSION = "default"
 
@@ -35,11 +38,18 @@ class ServerCommand:
     command: str
     args: tuple[str, ...]
 
-    def as_entry(self) -> dict[str, Any]:
+    def entry(self, client: str) -> dict[str, Any]:
+        """The same ``command``/``args`` entry for every client."""
         return {"command": self.command, "args": list(self.args)}
 
     def shell(self) -> str:
         return shlex.join([self.command, *self.args])
+
+    def describe(self) -> str:
+        return f"`{self.shell()}`"
+
+
+Server = ServerCommand | ServerUrl
 
 
 def default_session(cwd: Path | None = None) -> str:
@@ -59,9 +69,42 @@ def server_command(session: str, pyz: str | None = None) -> ServerCommand:
     return ServerCommand("python3", (str(path), "serve", "--session", session))
 
 
+def server_for(
+    *,
+    session: str | None,
+    pyz: str | None,
+    url: str | None,
+    token_env: str | None,
+    cwd: Path,
+) -> Server:
+    """The server ``lambo setup``'s flags describe; refuses flags that do not go together."""
+    if url is None:
+        if token_env is not None:
+            raise ParameterError(
+                "--auth-token-env needs --url: a bearer token is for an HTTP serve, and the "
+                "command form starts its own"
+            )
+        return server_command(session if session is not None else default_session(cwd), pyz)
+    if pyz is not None:
+        raise ParameterError(
+            "--url and --pyz do not go together: --pyz says how a client starts lambo, "
+            "--url where it reaches a serve that is already running"
+        )
+    if session is not None:
+        raise ParameterError(
+            "--url and --session do not go together: the session is in the URL "
+            "(/mcp/s/<session>, or /mcp for the serve's default session)"
+        )
+    return ServerUrl(check_url(url), None if token_env is None else check_token_env(token_env))
+
+
 # =====================================================================================
 # where each client's file is
 # =====================================================================================
+
+
+def _environ(env: dict[str, str] | None) -> dict[str, str] | os._Environ[str]:
+    return os.environ if env is None else env
 
 
 def cursor_file(home: Path) -> Path:
@@ -69,8 +112,14 @@ def cursor_file(home: Path) -> Path:
 
 
 def codex_file(home: Path, env: dict[str, str] | None = None) -> Path:
-    codex_home = (os.environ if env is None else env).get("CODEX_HOME")
+    codex_home = _environ(env).get("CODEX_HOME")
     return (Path(codex_home).expanduser() if codex_home else home / ".codex") / "config.toml"
+
+
+def pi_file(home: Path, env: dict[str, str] | None = None) -> Path:
+    """Pi's own MCP file (read by its pi-mcp-adapter extension)."""
+    agent_dir = _environ(env).get("PI_CODING_AGENT_DIR")
+    return (Path(agent_dir).expanduser() if agent_dir else home / ".pi" / "agent") / "mcp.json"
 
 
 def generic_file(cwd: Path) -> Path:
@@ -84,12 +133,14 @@ def client_file(client: str, home: Path | None = None, cwd: Path | None = None) 
         return cursor_file(home)
     if client == "codex":
         return codex_file(home)
+    if client == "pi":
+        return pi_file(home)
     if client == "generic":
         return generic_file(cwd or Path.cwd())
     return None
 
 
-def _shown(path: Path, home: Path) -> str:
+def shown(path: Path, home: Path) -> str:
     """``~/.cursor/mcp.json`` for a path under home, else the path itself."""
     try:
         return "~/" + str(path.relative_to(home))
@@ -102,31 +153,38 @@ def _shown(path: Path, home: Path) -> str:
 # =====================================================================================
 
 
-def json_document(server: ServerCommand) -> str:
-    """``{"mcpServers": {"lambo": {...}}}``: Cursor's and the generic ``.mcp.json`` form."""
-    return json.dumps({"mcpServers": {SERVER_NAME: server.as_entry()}}, indent=2) + "\n"
+def json_document(server: Server, client: str = "generic") -> str:
+    """``{"mcpServers": {"lambo": {...}}}``: Cursor's, Pi's and the ``.mcp.json`` form."""
+    return json.dumps({"mcpServers": {SERVER_NAME: server.entry(client)}}, indent=2) + "\n"
 
 
-def toml_document(server: ServerCommand) -> str:
-    """``[mcp_servers.lambo]`` with command and args: Codex's form (args on one line)."""
+def toml_document(server: Server) -> str:
+    """``[mcp_servers.lambo]``: Codex's form (a list on one line)."""
 
     def literal(value: str) -> str:
         # A JSON string without ASCII escaping is a valid TOML basic string.
         return json.dumps(value, ensure_ascii=False)
 
-    text = (
-        f"[mcp_servers.{SERVER_NAME}]\n"
-        f"command = {literal(server.command)}\n"
-        f"args = [{', '.join(literal(a) for a in server.args)}]\n"
-    )
-    if tomllib.loads(text) != {"mcp_servers": {SERVER_NAME: server.as_entry()}}:
+    entry = server.entry("codex")
+    lines = [f"[mcp_servers.{SERVER_NAME}]"]
+    for key, value in entry.items():
+        shown_value = (
+            f"[{', '.join(literal(v) for v in value)}]"
+            if isinstance(value, list)
+            else literal(value)
+        )
+        lines.append(f"{key} = {shown_value}")
+    text = "\n".join(lines) + "\n"
+    if tomllib.loads(text) != {"mcp_servers": {SERVER_NAME: entry}}:
         raise AssertionError(f"the printed TOML does not read back: {text!r}")
     return text
 
 
-def claude_text(server: ServerCommand) -> str:
+def claude_text(server: Server) -> str:
+    if isinstance(server, ServerUrl):
+        return claude_url_text(server)
     add = shlex.join(["claude", "mcp", "add", SERVER_NAME, "--", server.command, *server.args])
-    entry = {"type": "stdio", **server.as_entry()}
+    entry = {"type": "stdio", **server.entry("claude")}
     add_json = shlex.join(["claude", "mcp", "add-json", SERVER_NAME, json.dumps(entry)])
     return (
         "# Claude Code: register lambo with its own CLI (`claude mcp add --scope user ...` "
@@ -140,9 +198,38 @@ def claude_text(server: ServerCommand) -> str:
     )
 
 
-def render(
-    client: str, server: ServerCommand, home: Path | None = None, cwd: Path | None = None
-) -> str:
+def claude_url_text(server: ServerUrl) -> str:
+    """``claude mcp add --transport http``; with a token, in the project scope, where Claude
+    Code expands ``${VAR}``, so only the variable's name is ever written."""
+    entry = server.entry("claude")
+    scope = ["--scope", "project"] if server.token_env else []
+    add = ["claude", "mcp", "add", "--transport", "http", *scope, SERVER_NAME, server.url]
+    if server.token_env:
+        add += ["--header", f"Authorization: {entry['headers']['Authorization']}"]
+    add_json = ["claude", "mcp", "add-json", *scope, SERVER_NAME, json.dumps(entry)]
+    first = (
+        "# Claude Code: register lambo's HTTP endpoint in the project scope (.mcp.json): Claude "
+        f"Code expands ${{{server.token_env}}} there, so the token stays in the environment\n"
+        if server.token_env
+        else "# Claude Code: register lambo's HTTP endpoint with its own CLI "
+        "(`claude mcp add --transport http --scope user ...` makes it available in every "
+        "project)\n"
+    )
+    return (
+        f"{first}"
+        f"{shlex.join(add)}\n"
+        "\n"
+        "# the same as JSON\n"
+        f"{shlex.join(add_json)}\n"
+        "\n"
+        "# or the project's .mcp.json (`lambo setup generic --url ... --write` merges it)\n"
+        f"{json_document(server, 'claude')}"
+        "\n"
+        "# then check it answers: claude mcp list\n"
+    )
+
+
+def render(client: str, server: Server, home: Path | None = None, cwd: Path | None = None) -> str:
     """What ``lambo setup CLIENT`` prints without ``--write``."""
     home = home or Path.home()
     if client == "claude":
@@ -151,20 +238,26 @@ def render(
     assert path is not None
     if client == "cursor":
         return (
-            f"# Cursor: merge this into {_shown(path, home)} (or run again with --write)\n"
-            f"{json_document(server)}"
+            f"# Cursor: merge this into {shown(path, home)} (or run again with --write)\n"
+            f"{json_document(server, client)}"
             "# the Cursor Agent CLI lists the tools once enabled: cursor-agent mcp enable lambo\n"
         )
     if client == "codex":
         return (
-            f"# Codex: add this to {_shown(path, home)} (or run again with --write)\n"
+            f"# Codex: add this to {shown(path, home)} (or run again with --write)\n"
             f"{toml_document(server)}"
+        )
+    if client == "pi":
+        return (
+            f"# Pi (its pi-mcp-adapter extension reads MCP servers): merge this into "
+            f"{shown(path, home)} (or run again with --write)\n"
+            f"{json_document(server, client)}"
         )
     if client == "generic":
         return (
             f"# any MCP client that reads a project .mcp.json: {path} "
             "(or run again with --write)\n"
-            f"{json_document(server)}"
+            f"{json_document(server, client)}"
         )
     raise ConfigError(f"unknown client {client!r}; one of: {', '.join(CLIENTS)}")
 
@@ -180,9 +273,23 @@ class WriteReport:
     backup: Path | None  # the previous file's copy; None when there was none
     changed: bool  # False: the file already held exactly this entry
     note: str | None = None
+    replaced: str | None = None  # the form of a lambo entry of the other form it replaced
 
 
-def _merge_json(text: str | None, path: Path, server: ServerCommand) -> tuple[str, bool]:
+def entry_form(entry: object) -> str:
+    """``command``, ``url``, ``both`` or ``other`` (neither) for one server entry."""
+    if not isinstance(entry, dict):
+        return "other"
+    has_command, has_url = "command" in entry, "url" in entry
+    if has_command and has_url:
+        return "both"
+    return "command" if has_command else "url" if has_url else "other"
+
+
+Merged = tuple[str, bool, object]  # the new text, whether it changed, the old lambo entry
+
+
+def _merge_json(text: str | None, path: Path, entry: dict[str, Any]) -> Merged:
     data: Any = {}
     if text is not None and text.strip():
         try:
@@ -196,15 +303,16 @@ def _merge_json(text: str | None, path: Path, server: ServerCommand) -> tuple[st
     servers = data.get("mcpServers", {})
     if not isinstance(servers, dict):
         raise _refused(path, 'has an "mcpServers" that is not an object')
-    entry = server.as_entry()
-    if servers.get(SERVER_NAME) == entry:
-        return text or "", False
+    old = servers.get(SERVER_NAME)
+    if old == entry:
+        return text or "", False, old
     merged = dict(data)
+    # The whole entry is replaced: a command left beside a url (or the reverse) is rejected.
     merged["mcpServers"] = {**servers, SERVER_NAME: entry}
-    return json.dumps(merged, indent=2, ensure_ascii=False) + "\n", True
+    return json.dumps(merged, indent=2, ensure_ascii=False) + "\n", True, old
 
 
-def _merge_toml(text: str | None, path: Path, server: ServerCommand) -> tuple[str, bool]:
+def _merge_toml(text: str | None, path: Path, entry: dict[str, Any]) -> Merged:
     data: dict[str, Any] = {}
     if text is not None:
         try:
@@ -214,12 +322,12 @@ def _merge_toml(text: str | None, path: Path, server: ServerCommand) -> tuple[st
     servers = data.get("mcp_servers", {})
     if not isinstance(servers, dict):
         raise _refused(path, "has an mcp_servers that is not a table")
-    entry = server.as_entry()
-    if servers.get(SERVER_NAME) == entry:
-        return text or "", False
+    old = servers.get(SERVER_NAME)
+    if old == entry:
+        return text or "", False, old
     merged = dict(data)
     merged["mcp_servers"] = {**servers, SERVER_NAME: entry}
-    return tomli_w.dumps(merged), True
+    return tomli_w.dumps(merged), True, old
 
 
 def _refused(path: Path, why: str) -> ConfigError:
@@ -230,13 +338,13 @@ def _refused(path: Path, why: str) -> ConfigError:
 
 
 def write_config(
-    client: str, server: ServerCommand, home: Path | None = None, cwd: Path | None = None
+    client: str, server: Server, home: Path | None = None, cwd: Path | None = None
 ) -> WriteReport:
     """Merge the ``lambo`` entry into ``client``'s file (see the module docstring)."""
     path = client_file(client, home, cwd)
     if path is None:
         raise ConfigError(f"{client} has no file lambo writes")
-    merge: Callable[[str | None, Path, ServerCommand], tuple[str, bool]] = (
+    merge: Callable[[str | None, Path, dict[str, Any]], Merged] = (
         _merge_toml if client == "codex" else _merge_json
     )
     try:
@@ -245,7 +353,8 @@ def write_config(
         text = None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} could not be read ({exc}); it was left untouched") from None
-    new, changed = merge(text, path, server)
+    entry = server.entry(client)
+    new, changed, old = merge(text, path, entry)
     if not changed:
         return WriteReport(path, None, False)
     backup: Path | None = None
@@ -259,7 +368,9 @@ def write_config(
                 "the .bak still has them"
             )
     _replace_atomically(path, new)
-    return WriteReport(path, backup, True, note)
+    old_form = None if old is None else entry_form(old)
+    replaced = old_form if old_form not in (None, entry_form(entry)) else None
+    return WriteReport(path, backup, True, note, replaced)
 
 
 def _replace_atomically(path: Path, text: str) -> None:
@@ -288,20 +399,24 @@ def setup_client(
     *,
     session: str | None = None,
     pyz: str | None = None,
+    url: str | None = None,
+    token_env: str | None = None,
     write: bool = False,
     home: Path | None = None,
     cwd: Path | None = None,
 ) -> str:
-    """What ``lambo setup CLIENT [--pyz PATH] [--session NAME] [--write]`` prints.
+    """What ``lambo setup CLIENT [--pyz PATH] [--session NAME] [--url URL
+    [--auth-token-env VAR]] [--write]`` prints.
 
     Raises ``ConfigError`` for a file ``--write`` refuses (left untouched) or a
-    ``--pyz`` that does not exist, ``ParameterError`` for a bad session name.
+    ``--pyz`` that does not exist, ``ParameterError`` for a bad session name, URL or
+    variable name, or flags that do not go together.
     """
     if client not in CLIENTS:
         raise ConfigError(f"unknown client {client!r}; one of: {', '.join(CLIENTS)}")
     home = home or Path.home()
     cwd = cwd or Path.cwd()
-    server = server_command(session if session is not None else default_session(cwd), pyz)
+    server = server_for(session=session, pyz=pyz, url=url, token_env=token_env, cwd=cwd)
     printed = render(client, server, home, cwd)
     if not write:
         return printed
@@ -310,13 +425,21 @@ def setup_client(
             printed + "\n# --write: nothing written. Claude Code keeps its own configuration; "
             "run the `claude mcp add` command above.\n"
         )
-    report = write_config(client, server, home, cwd)
-    shown = _shown(report.path, home)
+    return _written(client, write_config(client, server, home, cwd), server, home)
+
+
+def _written(client: str, report: WriteReport, server: Server, home: Path) -> str:
+    where = shown(report.path, home)
     if not report.changed:
-        return f"{shown} already holds this lambo entry; nothing written\n"
-    lines = [f"wrote the lambo entry into {shown}: `{server.shell()}`"]
+        return f"{where} already holds this lambo entry; nothing written\n"
+    lines = [f"wrote the lambo entry into {where}: {server.describe()}"]
+    if report.replaced is not None:
+        lines.append(
+            f"it replaces the whole {report.replaced} entry lambo had there "
+            "(command and url never sit side by side)"
+        )
     if report.backup is not None:
-        lines.append(f"the previous file is kept as {_shown(report.backup, home)}")
+        lines.append(f"the previous file is kept as {shown(report.backup, home)}")
     if report.note:
         lines.append(f"note: {report.note}")
     if client == "cursor":

@@ -15,7 +15,7 @@ from tests.embed_fixtures import minilm_source_dir
 
 # What lambo reads from the environment besides LAMBO_* (tests/test_environment.py fails on any
 # other the source reads): a developer's values must not leak into a test.
-FOREIGN_VARIABLES = ("XDG_RUNTIME_DIR", "CODEX_HOME")
+FOREIGN_VARIABLES = ("XDG_RUNTIME_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR")
 
 
 def inherited_variables(environ: Mapping[str, str]) -> list[str]:
