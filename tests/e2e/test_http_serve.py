@@ -77,6 +77,8 @@ def test_two_sessions_of_one_serve_stay_apart(served_home: Path, tmp_path: Path)
 
         anyio.run(scenario)
         assert serve.stop() == 0
+    # both sessions embedded (a derive, a recall): one model load served them
+    assert serve.log.count("loaded model minilm") == 1, serve.log
 
 
 def test_a_stdio_serve_and_a_cli_call_of_an_http_held_session_forward_to_it(
