@@ -244,21 +244,16 @@ def test_a_short_or_unprintable_token_is_refused_without_echoing_it(
     token_file = tmp_path / "t"
     token_file.write_text(bad, encoding="utf-8")
     token_file.chmod(0o600)
-    cases = [
-        ({"auth": bad}, "the --auth-token / LAMBO_AUTH_TOKEN token"),
-        (
-            {"entry": CredentialEntry("ci", ("web",), token_env="T"), "env": {"T": bad}},
-            "credential 'ci''s token (from T)",
-        ),
-        (
-            {"entry": CredentialEntry("ci", ("web",), token_file=str(token_file))},
-            "credential 'ci''s token (from its token_file)",
-        ),
+    by_env = CredentialEntry("ci", ("web",), token_env="T")
+    by_file = CredentialEntry("ci", ("web",), token_file=str(token_file))
+    cases: list[tuple[tuple[CredentialEntry, ...], str, dict[str, str], str]] = [
+        ((), bad, {}, "the --auth-token / LAMBO_AUTH_TOKEN token"),
+        ((by_env,), "", {"T": bad}, "credential 'ci''s token (from T)"),
+        ((by_file,), "", {}, "credential 'ci''s token (from its token_file)"),
     ]
-    for case, what in cases:
-        entries = (case["entry"],) if "entry" in case else ()
+    for entries, auth, env, what in cases:
         with pytest.raises(ConfigError) as caught:
-            resolve(entries, str(case.get("auth", "")), case.get("env", {}))  # type: ignore[arg-type]
+            resolve(entries, auth, env)
         text = str(caught.value)
         assert text == (
             f"{what} must be at least {MIN_TOKEN_CHARS} printable ASCII characters without spaces"
