@@ -168,10 +168,21 @@ def _literal(dotted: str, value: Value) -> str:
     """One value as TOML, a secret shown only as set."""
     if dotted == "serve.auth_token" and value:
         return "(set)"
-    shown: object = value
     if isinstance(value, tuple):
         shown = [e.shown() if isinstance(e, CredentialEntry) else e for e in value]
-    return tomli_w.dumps({"v": shown}).strip()[4:]
+        return _inline(shown)
+    return _inline(value)
+
+
+def _inline(value: object) -> str:
+    """A value as a one-line TOML literal (tomli_w writes lists over several lines and a
+    list of tables as ``[[...]]`` blocks, which would break the one-line-per-key listing)."""
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    if isinstance(value, dict):
+        fields = ", ".join(f"{k} = {_inline(v)}" for k, v in value.items())
+        return "{ " + fields + " }" if fields else "{}"
+    return tomli_w.dumps({"v": value}).strip()[4:]
 
 
 def render_default_file() -> str:

@@ -195,9 +195,11 @@ def _resolve_entry(entry: CredentialEntry, env: Mapping[str, str]) -> Credential
 
 
 def _check_token(token: str, what: str) -> None:
-    if len(token) < MIN_TOKEN_CHARS or any(ch.isspace() or not ch.isprintable() for ch in token):
+    # ASCII only: a header arrives as bytes read as latin-1, so a token with other
+    # characters (sent as UTF-8) could never compare equal to its own digest
+    if len(token) < MIN_TOKEN_CHARS or not all("!" <= ch <= "~" for ch in token):
         raise ConfigError(
-            f"{what} must be at least {MIN_TOKEN_CHARS} printable characters without spaces"
+            f"{what} must be at least {MIN_TOKEN_CHARS} printable ASCII characters without spaces"
         )
 
 

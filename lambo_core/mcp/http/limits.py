@@ -19,7 +19,7 @@ BURST_SECONDS = 2.0
 
 @dataclass
 class TokenBucket:
-    """``rate`` requests a second, bursts of ``rate * BURST_SECONDS``."""
+    """``rate`` requests a second, bursts of ``rate * BURST_SECONDS`` (at least one)."""
 
     rate: float
     clock: Callable[[], float] = time.monotonic
@@ -32,7 +32,9 @@ class TokenBucket:
 
     @property
     def capacity(self) -> float:
-        return self.rate * BURST_SECONDS
+        # at least one whole request: under 0.5/s, two seconds of the rate hold less than
+        # one, and a bucket that can never fill to one refuses every request forever
+        return max(1.0, self.rate * BURST_SECONDS)
 
     def _refill(self) -> None:
         now = self.clock()
