@@ -423,7 +423,7 @@ KEYS: tuple[Key, ...] = (
         "per_credential_rps",
         50.0,
         "HTTP requests per second one credential (or, unauthenticated, all callers) may make; "
-        "bursts of twice that; past it 429 with Retry-After",
+        "bursts of twice that (at least one request); past it 429 with Retry-After",
         minimum=0.1,
         maximum=100_000.0,
     ),
@@ -432,7 +432,7 @@ KEYS: tuple[Key, ...] = (
         "per_session_rps",
         100.0,
         "HTTP requests per second one session takes from every caller together; bursts of "
-        "twice that; past it 429 with Retry-After",
+        "twice that (at least one request); past it 429 with Retry-After",
         minimum=0.1,
         maximum=100_000.0,
     ),

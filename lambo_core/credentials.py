@@ -145,18 +145,23 @@ def digest_of(token: str) -> bytes:
 
 
 def resolve(
-    entries: tuple[CredentialEntry, ...], auth_token: str, env: Mapping[str, str] | None = None
+    entries: tuple[CredentialEntry, ...],
+    auth_token: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    base: Path | None = None,
 ) -> tuple[Credential, ...]:
     """Every configured credential with its digest: ``--auth-token`` / LAMBO_AUTH_TOKEN (every
     session) and each entry. Refuses a token too short, a file or variable that yields none,
-    and two credentials with one token."""
+    and two credentials with one token. A relative ``token_file`` is read from ``base`` (the
+    directory of the lambo.toml that names it), not from wherever the serve was started."""
     env = os.environ if env is None else env
     resolved: list[Credential] = []
     if auth_token:
         _check_token(auth_token, "the --auth-token / LAMBO_AUTH_TOKEN token")
         resolved.append(Credential(AUTH_TOKEN_NAME, digest_of(auth_token), None))
     for entry in entries:
-        resolved.append(_resolve_entry(entry, env))
+        resolved.append(_resolve_entry(entry, env, base))
     digests = [c.digest for c in resolved]
     for credential in resolved:
         if digests.count(credential.digest) > 1:
@@ -167,7 +172,7 @@ def resolve(
     return tuple(resolved)
 
 
-def _resolve_entry(entry: CredentialEntry, env: Mapping[str, str]) -> Credential:
+def _resolve_entry(entry: CredentialEntry, env: Mapping[str, str], base: Path | None) -> Credential:
     where = f"credential {entry.name!r}"
     sessions = None if EVERY_SESSION in entry.sessions else frozenset(entry.sessions)
     if entry.token_sha256:
@@ -179,6 +184,8 @@ def _resolve_entry(entry: CredentialEntry, env: Mapping[str, str]) -> Credential
         _check_token(token, f"{where}'s token (from {entry.token_env})")
         return Credential(entry.name, digest_of(token), sessions)
     path = Path(entry.token_file).expanduser()
+    if base is not None and not path.is_absolute():
+        path = base / path
     try:
         token = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):

@@ -412,3 +412,38 @@ def test_a_bad_credential_in_lambo_toml_refuses_the_config(tmp_path: Path) -> No
     assert "serve.credential #1" in str(caught.value)
     assert "unknown field 'token'" in str(caught.value)
     assert SECRET not in str(caught.value)
+
+
+def test_a_relative_token_file_is_read_beside_the_lambo_toml_that_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lambo_core.mcp.http.serve import HttpSettings
+
+    home = tmp_path / "conf"
+    home.mkdir()
+    (home / "ci.token").write_text(TOKEN_A + "\n")
+    (home / "lambo.toml").write_text(
+        '[[serve.credential]]\nname = "ci"\nsessions = ["web"]\ntoken_file = "ci.token"\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the serve starts somewhere else
+    config = load_config(config_path=str(home / "lambo.toml"), env={"LAMBO_HOME": str(tmp_path)})
+    settings = HttpSettings.from_config(config, env={})
+    assert [c.digest for c in settings.credentials] == [digest_of(TOKEN_A)]
+
+
+def test_a_credential_naming_a_session_not_served_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from lambo_core.mcp.http.serve import warn_unserved
+
+    credentials = (
+        Credential("ci", digest_of(TOKEN_A), frozenset({"web", "wbe"})),
+        Credential("all", digest_of(TOKEN_B), None),
+    )
+    with caplog.at_level(logging.WARNING):
+        warn_unserved(credentials, ["web", "notes"])
+    assert [r.getMessage() for r in caplog.records] == [
+        "credential 'ci' names session(s) this serve does not hold: wbe (it serves web, notes)"
+    ]

@@ -70,7 +70,10 @@ class HttpSettings:
         """Refuses, before anything listens, a bind off loopback without a credential."""
         bind = str(config.get("serve.bind")).strip()
         credentials = resolve(
-            config.get("serve.credential"), str(config.get("serve.auth_token")), env
+            config.get("serve.credential"),
+            str(config.get("serve.auth_token")),
+            env,
+            base=config.file.parent if config.file is not None else None,
         )
         if not is_loopback(bind) and not credentials:
             raise ConfigError(
@@ -169,10 +172,25 @@ def session_manager(
     )
 
 
+def warn_unserved(credentials: tuple[Credential, ...], sessions: list[str]) -> None:
+    """A credential naming a session this serve does not hold reaches nothing there: most
+    likely a typo, so say so at start rather than let its requests meet 404s."""
+    for credential in credentials:
+        missing = sorted((credential.sessions or frozenset()) - set(sessions))
+        if missing:
+            log.warning(
+                "credential %r names session(s) this serve does not hold: %s (it serves %s)",
+                credential.name,
+                ", ".join(missing),
+                ", ".join(sessions),
+            )
+
+
 async def serve_http(config: Config, options: list[ServeOptions]) -> list[Serve]:
     """Hold every session, serve HTTP until a stop signal, then stop every session cleanly.
     Returns the serves, whose ``unfinished`` tells the caller how the process may exit."""
     settings = HttpSettings.from_config(config)
+    warn_unserved(settings.credentials, [o.session for o in options])
     budget_s = shutdown_budget(config)
     sock = listen(settings.bind, settings.port)
     models = LoadedModels()  # one model load for every session
