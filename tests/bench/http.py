@@ -69,6 +69,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from lambo_core.config_schema import KEYS_BY_DOTTED  # noqa: E402
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
 from lambo_core.mcp.http.limits import BURST_SECONDS  # noqa: E402
+from lambo_core.store import SqliteStore  # noqa: E402
 from tests.bench import recall  # noqa: E402
 from tests.bench._serve import loadavg, make_home, percentile  # noqa: E402
 from tests.e2e.http_serve import HttpServe  # noqa: E402
@@ -254,6 +255,7 @@ class Tally:
     statuses: Counter[str] = field(default_factory=Counter)
     versions: Counter[str] = field(default_factory=Counter)
     receipts: list[tuple[str, str]] = field(default_factory=list)  # (agent, receipt) per derive
+    derived: list[str] = field(default_factory=list)  # the text of each acked derive
     http_requests: int = 0
     first_start: float = 0.0
     last_end: float = 0.0
@@ -350,6 +352,7 @@ async def one_call(
     tally.add_time(tool, mode, time.perf_counter() - started)
     if tool == DERIVE:
         tally.receipts.append((args["agent_id"], str((result.structured_content or {})["receipt"])))
+        tally.derived.append(args["concepts"][0]["content"])
 
 
 async def run_clients(plan: Plan) -> Tally:
@@ -436,7 +439,28 @@ class Measured:
     logged: Counter[str]
     settled: Counter[str]
     matched: list[str]
+    in_file: tuple[int, list[str]]  # concepts in the store after the stop, derives missing
     exit_code: int
+
+
+def stored(store: Path, derived: list[str]) -> tuple[int, list[str]]:
+    """Read after the stop, from the file: the session's concepts, and the acked derives
+    whose text is not among them."""
+    db = SqliteStore(store)
+    try:
+        contents = [c.content for c in db.concepts(SESSION)]
+    finally:
+        db.close()
+    texts = set(contents)
+    return len(contents), [t for t in derived if t not in texts]
+
+
+def gc_said(gc: dict[str, Any]) -> str:
+    """The serve's last garbage-collection sweep, which may take concepts away meanwhile."""
+    sweep = gc.get("last_sweep")
+    if not sweep:
+        return "no gc sweep in this serve"
+    return f"last gc sweep ({sweep.get('trigger')}): {sweep.get('collected')} collected"
 
 
 def throttle_line(rate: float) -> str:
@@ -493,9 +517,13 @@ def print_report(plan: Plan, kind: str, limits: dict[str, float], m: Measured) -
         f"concepts: {before} before, {after} after the queue drained "
         f"(+{after - before} for {derived} acked derives)"
     )
-    print(f"derives settled: {dict(sorted(m.settled.items()))}")
+    print(f"derives settled: {dict(sorted(m.settled.items()))}; {gc_said(m.after['gc'])}")
     for detail in m.matched:
         print(f"  {detail}")
+    count, missing = m.in_file
+    print(f"the store after the stop: {count} concepts; acked derives not in it: {len(missing)}")
+    for text in missing[:3]:
+        print(f"  {text}")
     print(
         f"serve RSS: VmHWM {m.memory['VmHWM'] / 1024:.0f} MiB, VmRSS "
         f"{m.memory['VmRSS'] / 1024:.0f} MiB at the end; serve exit code {m.exit_code}"
@@ -536,8 +564,9 @@ def measure(plan_args: argparse.Namespace, root: Path) -> tuple[Plan, dict[str, 
         settled, matched = anyio.run(control, url, lambda c: outcomes(c, tally.receipts))
         memory = proc_status(serve.proc.pid)
         code = serve.stop()
+    in_file = stored(store, tally.derived)
     measured = Measured(
-        tally, before, after, memory, serve_cpu, own_cpu, logged, settled, matched, code
+        tally, before, after, memory, serve_cpu, own_cpu, logged, settled, matched, in_file, code
     )
     return plan, limits, measured
 
