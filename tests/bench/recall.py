@@ -38,7 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from lambo_core.canon.history import CanonHistory  # noqa: E402
 from lambo_core.canon.rules import CanonRules  # noqa: E402
-from lambo_core.embed.base import EmbeddingContract, make_contract  # noqa: E402
+from lambo_core.embed.base import Embedder, EmbeddingContract, make_contract  # noqa: E402
 from lambo_core.embed.importer import import_model  # noqa: E402
 from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
 from lambo_core.model import (  # noqa: E402
@@ -112,7 +112,18 @@ def _edge(inter: Interaction, src: str, dst: str, kind: EdgeType, weight: float 
     return Edge(SESSION, src, dst, kind, weight, inter.id, "bench", t, t)
 
 
-def build(path: Path, n: int, dim: int) -> None:
+def build(
+    path: Path,
+    n: int,
+    dim: int,
+    *,
+    embedder: Embedder | None = None,
+    text_of: Callable[[int], str] | None = None,
+) -> None:
+    """Write the session. With ``embedder`` its vectors are the model's (and the session is
+    stamped with its contract, so a serve configured with that model opens it); with
+    ``text_of`` concept ``i`` reads ``text_of(i)`` instead of Zipf words (tests/bench/http.py
+    uses both). Without them the draws are the same as ever, so cached stores keep."""
     rng = np.random.default_rng(20240611)
     words = vocabulary(rng)
     tmp = path.with_suffix(".building")
@@ -120,14 +131,24 @@ def build(path: Path, n: int, dim: int) -> None:
         leftover.unlink()
     store = SqliteStore(tmp)
     store.ensure_session(SESSION, T0)
-    store.stamp_contract(SESSION, dict(make_contract("random", "bench", dim)))
+    contract = embedder.contract if embedder is not None else make_contract("random", "bench", dim)
+    store.stamp_contract(SESSION, dict(contract))
     ids: list[str] = []
     t0 = time.perf_counter()
     for start in range(0, n, BATCH):
         count = min(BATCH, n - start)
-        vecs = rng.standard_normal((count, dim), dtype=np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        if embedder is None:
+            vecs = rng.standard_normal((count, dim), dtype=np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         ranks = zipf(rng, count * WORDS_PER_DOC).reshape(count, WORDS_PER_DOC)
+        texts = [
+            text_of(start + i)
+            if text_of is not None
+            else " ".join(words[r] for r in ranks[i]) + f" item{start + i}"
+            for i in range(count)
+        ]
+        if embedder is not None:
+            vecs = embedder.embed(texts)
         for first in range(0, count, PER_INTERACTION):  # one interaction: one batch
             now = T0 + start + first
             inter = Interaction(
@@ -136,7 +157,7 @@ def build(path: Path, n: int, dim: int) -> None:
             concepts: list[Concept] = []
             edges: list[Edge] = []
             for i in range(first, min(first + PER_INTERACTION, count)):
-                text = " ".join(words[r] for r in ranks[i]) + f" item{start + i}"
+                text = texts[i]
                 node = uuid_from(rng)
                 concepts.append(
                     Concept(
