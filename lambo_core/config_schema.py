@@ -446,6 +446,15 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "serve",
+        "evict_idle_after_s",
+        60.0,
+        "at the max_live_sessions ceiling, the MCP session idle longest is closed to make "
+        "room if it has been idle this long (a one-shot client never closes its own)",
+        minimum=0.0,
+        maximum=604_800.0,
+    ),
+    Key(
+        "serve",
         "session_idle_timeout_s",
         1800.0,
         "an MCP session over HTTP with no request for this long is closed (its client starts "

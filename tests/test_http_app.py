@@ -9,6 +9,7 @@ read), Host (421) and Origin (403); /healthz; and the one log line per request."
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import httpx2
 import pytest
 
 from lambo_core.credentials import Credential, Verifier, digest_of
-from lambo_core.mcp.http.app import Endpoint, HttpApp
+from lambo_core.mcp.http.app import Endpoint, HttpApp, idle_for, live_transports
 from lambo_core.mcp.http.limits import RateLimits
 from lambo_core.mcp.http.serve import HttpSettings, session_manager
 from lambo_core.mcp.server import build_server
@@ -111,6 +112,7 @@ def settings(**overrides: Any) -> HttpSettings:
         "per_credential_rps": 1000.0,
         "per_session_rps": 1000.0,
         "max_live_sessions": 32,
+        "evict_idle_after_s": 60.0,
         "session_idle_timeout_s": 1800.0,
         "max_request_bytes": 4 * 1024 * 1024,
     }
@@ -120,7 +122,10 @@ def settings(**overrides: Any) -> HttpSettings:
 
 @contextlib.asynccontextmanager
 async def served(
-    sessions: tuple[str, ...] = ("web",), serving: bool = True, **overrides: Any
+    sessions: tuple[str, ...] = ("web",),
+    serving: bool = True,
+    evict_idle_after_s: float | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[Served]:
     """An HttpApp as ``serve_http`` wires it, each session's handler recording its calls."""
     config = settings(**overrides)
@@ -149,6 +154,7 @@ async def served(
         RateLimits(config.per_credential_rps, config.per_session_rps, clock=clock),
         config.max_live_sessions,
         clock=clock,
+        evict_idle_after_s=evict_idle_after_s,
     )
     async with contextlib.AsyncExitStack() as stack:
         for endpoint in endpoints:
@@ -177,7 +183,8 @@ def test_healthz_needs_no_credential_and_says_nothing_of_content() -> None:
         async with served(("web", "notes"), credentials=two_credentials()) as s:
             health = await s.http.get("/healthz")
             assert health.status_code == 200
-            assert health.json() == {"status": "ok", "sessions": 2}
+            counts = {"mcp_sessions": 0, "max_mcp_sessions": 32}
+            assert health.json() == {"status": "ok", "sessions": 2, **counts}
             assert (await s.http.head("/healthz")).status_code == 200
             post = await s.http.post("/healthz")
             assert post.status_code == 405
@@ -186,13 +193,13 @@ def test_healthz_needs_no_credential_and_says_nothing_of_content() -> None:
             stopping = await s.http.get("/healthz")
             assert (stopping.status_code, stopping.json()) == (
                 503,
-                {"status": "stopping", "sessions": 2},
+                {"status": "stopping", "sessions": 2, **counts},
             )
         async with served(serving=False) as s:
             starting = await s.http.get("/healthz")
             assert (starting.status_code, starting.json()) == (
                 503,
-                {"status": "starting", "sessions": 1},
+                {"status": "starting", "sessions": 1, "mcp_sessions": 0, "max_mcp_sessions": 32},
             )
 
     run(scenario)
@@ -399,6 +406,46 @@ def test_past_the_ceiling_503_and_a_delete_frees_a_place() -> None:
             assert s.app.open_sessions() == 1
             await s.open("/mcp/s/web")
             assert s.app.open_sessions() == 2
+
+    run(scenario)
+
+
+def test_at_the_ceiling_the_session_idle_longest_makes_room() -> None:
+    """A one-shot client never sends DELETE: past evict_idle_after_s of idleness its session
+    gives its place to a new one, and its id then answers 404."""
+
+    async def scenario() -> None:
+        async with served(("web", "notes"), max_live_sessions=2, evict_idle_after_s=0.0) as s:
+            older = await s.open("/mcp/s/web")
+            newer = await s.open("/mcp/s/notes")
+            assert (await s.call(newer, "/mcp/s/notes")).status_code == 200  # newer is fresher
+            third = await s.open("/mcp/s/web")  # no 503: the idlest one was closed
+            assert s.app.open_sessions() == 2
+            assert (await s.call(older, "/mcp/s/web")).status_code == 404
+            assert (await s.call(newer, "/mcp/s/notes")).status_code == 200
+            assert (await s.call(third, "/mcp/s/web")).status_code == 200
+
+    run(scenario)
+
+
+def test_a_session_in_use_or_idle_too_briefly_is_never_closed_for_room() -> None:
+    async def scenario() -> None:
+        # idle for less than evict_idle_after_s: the ceiling refuses as before
+        async with served(max_live_sessions=1, evict_idle_after_s=3600.0) as s:
+            await s.open("/mcp")
+            refused = await s.http.post("/mcp", json=initialize(), headers=MCP_HEADERS)
+            assert refused.status_code == 503
+        # an open GET stream holds its session in use, however long ago it began
+        async with served(max_live_sessions=1, evict_idle_after_s=0.0) as s:
+            sid = await s.open("/mcp")
+            (transport,) = live_transports(s.app.endpoints["web"].manager)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(asgi, s.app, "GET", "/mcp", [b""], sid=sid))
+                await wait_until(lambda: idle_for(transport, 1800.0) is None)
+                refused = await s.http.post("/mcp", json=initialize(), headers=MCP_HEADERS)
+                assert refused.status_code == 503
+                assert s.app.open_sessions() == 1
+                tg.cancel_scope.cancel()
 
     run(scenario)
 

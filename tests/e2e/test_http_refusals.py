@@ -166,7 +166,12 @@ def test_a_bearer_token_is_required_and_the_401_names_nothing(token_serve: HttpS
         # /healthz needs none, and says nothing of content
         health = http.get(f"{token_serve.base}/healthz")
         assert health.status_code == 200
-        assert health.json() == {"status": "ok", "sessions": 1}
+        assert health.json() == {
+            "status": "ok",
+            "sessions": 1,
+            "mcp_sessions": 0,
+            "max_mcp_sessions": 32,
+        }
 
     async def scenario() -> None:
         async with http_client(url, token=TOKEN) as client:

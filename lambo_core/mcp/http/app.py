@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
@@ -50,10 +52,29 @@ class Endpoint:
     serving: Callable[[], bool]
 
 
+def live_transports(manager: StreamableHTTPSessionManager) -> list[StreamableHTTPServerTransport]:
+    """The MCP sessions ``manager`` has open, less those already told to end. The SDK keeps
+    no public list; its own table is the truth (tests/test_http_limits.py fails if an SDK
+    release renames it)."""
+    return [t for t in manager._server_instances.values() if not _ending(t)]
+
+
 def open_sessions(manager: StreamableHTTPSessionManager) -> int:
-    """How many MCP sessions ``manager`` has open. The SDK keeps no public count; its own
-    table is the truth (tests/test_http_limits.py fails if an SDK release renames it)."""
-    return len(manager._server_instances)
+    return len(live_transports(manager))
+
+
+def _ending(transport: StreamableHTTPServerTransport) -> bool:
+    scope = transport.idle_scope
+    return scope is not None and scope.cancel_called
+
+
+def idle_for(transport: StreamableHTTPServerTransport, idle_timeout_s: float) -> float | None:
+    """Seconds since the session last had a request in flight; None while one is (an open
+    GET stream included): the SDK keeps its idle deadline at infinity while it is in use."""
+    scope = transport.idle_scope
+    if scope is None or not math.isfinite(scope.deadline):
+        return None
+    return max(0.0, anyio.current_time() - (scope.deadline - idle_timeout_s))
 
 
 class HttpApp:
@@ -67,6 +88,8 @@ class HttpApp:
         rates: RateLimits,
         max_live_sessions: int,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        evict_idle_after_s: float | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("an HTTP app needs at least one session")
@@ -74,7 +97,9 @@ class HttpApp:
         self.default = endpoints[0].session
         self.verifier = verifier
         self.rates = rates
-        self.live = LiveSessions(max_live_sessions, self.open_sessions)
+        self.live = LiveSessions(max_live_sessions, self.open_sessions, self.evict_idlest)
+        #: at the ceiling, a session idle this long may be closed to make room (None: never)
+        self.evict_idle_after_s = evict_idle_after_s
         self.clock = clock
         self.in_flight = 0
         self._idle = anyio.Event()
@@ -83,6 +108,32 @@ class HttpApp:
 
     def open_sessions(self) -> int:
         return sum(open_sessions(e.manager) for e in self.endpoints.values())
+
+    def evict_idlest(self) -> bool:
+        """Close the MCP session idle longest, if it has been idle ``evict_idle_after_s``:
+        a one-shot client (a CLI call) never sends DELETE, and its session would otherwise
+        hold a place until the idle timeout. Its client, if it comes back, gets 404 and
+        opens a new session, as MCP clients do after an expiry."""
+        if self.evict_idle_after_s is None:
+            return False
+        idlest: tuple[float, StreamableHTTPServerTransport] | None = None
+        for endpoint in self.endpoints.values():
+            timeout = endpoint.manager.session_idle_timeout
+            if timeout is None:
+                continue
+            for transport in live_transports(endpoint.manager):
+                idle = idle_for(transport, timeout)
+                if idle is None or idle < self.evict_idle_after_s:
+                    continue  # in use, or idle too briefly to be a client that has left
+                if idlest is None or idle > idlest[0]:
+                    idlest = (idle, transport)
+        if idlest is None:
+            return False
+        idle, transport = idlest
+        assert transport.idle_scope is not None
+        transport.idle_scope.cancel()  # ends it as an expiry does; the SDK discards it
+        log.info("closed an MCP session idle for %.0f s to make room for a new one", idle)
+        return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

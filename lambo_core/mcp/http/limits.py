@@ -103,20 +103,25 @@ class LiveSessions:
 
     ``count`` reads how many the session managers have open (``app.open_sessions``): the
     SDK keeps that book, so expiry and DELETE free room without a count of our own
-    drifting. A request opening a session counts from its admission until it is answered,
-    so two opening at once cannot both take the last place (one opened meanwhile may be
+    drifting. At the ceiling, ``evict`` may close the session idle longest (True when it
+    did). A request opening a session counts from its admission until it is answered, so
+    two opening at once cannot both take the last place (one opened meanwhile may be
     counted twice for that moment: refusing early, never admitting past the ceiling).
     """
 
-    def __init__(self, ceiling: int, count: Callable[[], int]) -> None:
+    def __init__(
+        self, ceiling: int, count: Callable[[], int], evict: Callable[[], bool] | None = None
+    ) -> None:
         self.ceiling = ceiling
         self.count = count
+        self.evict = evict
         self.opening = 0
 
     def admit_new(self) -> Refusal | None:
         """None, counting the request as opening until ``opened``; else the 503."""
-        if self.count() + self.opening >= self.ceiling:
-            return Refusal(503, "too many open MCP sessions; retry later", 1)
+        while self.count() + self.opening >= self.ceiling:
+            if self.evict is None or not self.evict():
+                return Refusal(503, "too many open MCP sessions; retry later", 1)
         self.opening += 1
         return None
 

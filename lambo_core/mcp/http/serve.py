@@ -62,6 +62,7 @@ class HttpSettings:
     per_credential_rps: float
     per_session_rps: float
     max_live_sessions: int
+    evict_idle_after_s: float
     session_idle_timeout_s: float
     max_request_bytes: int
 
@@ -92,6 +93,7 @@ class HttpSettings:
             per_credential_rps=float(config.get("serve.per_credential_rps")),
             per_session_rps=float(config.get("serve.per_session_rps")),
             max_live_sessions=int(config.get("serve.max_live_sessions")),
+            evict_idle_after_s=float(config.get("serve.evict_idle_after_s")),
             session_idle_timeout_s=float(config.get("serve.session_idle_timeout_s")),
             max_request_bytes=int(config.get("serve.max_request_bytes")),
         )
@@ -168,7 +170,7 @@ def session_manager(
         security_settings=settings.security(port),
         session_idle_timeout=settings.session_idle_timeout_s,
         max_request_body_size=settings.max_request_bytes,
-        max_sessions=settings.max_live_sessions,
+        max_sessions=None,  # the app's ceiling counts every session's, and may make room
     )
 
 
@@ -225,6 +227,7 @@ async def _serve_until_stopped(
         Verifier(settings.credentials),
         RateLimits(settings.per_credential_rps, settings.per_session_rps),
         settings.max_live_sessions,
+        evict_idle_after_s=settings.evict_idle_after_s,
     )
     server = _Uvicorn(
         uvicorn.Config(
