@@ -97,7 +97,7 @@ def test_default_limits_write_nothing(tmp_path: Path) -> None:
 
 
 def test_the_throttle_line_says_above_or_below_the_shipped_rate() -> None:
-    limit = bench.DEFAULT_LIMITS["per_credential_rps"]
+    limit = bench.DEFAULT_LIMITS["per_session_rps"]
     assert bench.throttle_line(limit + 0.5).endswith("is above it")
     assert bench.throttle_line(limit).endswith("is below it")
 

@@ -374,12 +374,17 @@ def test_past_the_session_rate_429_whoever_asks() -> None:
     run(scenario)
 
 
-def test_unauthenticated_callers_of_a_loopback_serve_share_one_rate() -> None:
+def test_unauthenticated_callers_of_a_loopback_serve_meet_only_the_session_rate() -> None:
     async def scenario() -> None:
-        async with served(per_credential_rps=1.0) as s:
-            await s.open("/mcp")
+        # no credential configured: per_credential_rps has nothing to count against
+        async with served(per_credential_rps=0.1) as s:
+            for _ in range(3):
+                await s.open("/mcp")
+        async with served(per_session_rps=1.0) as s:
+            await s.open("/mcp")  # initialize and its notification: the burst of two
             refused = await s.http.post("/mcp", json=initialize(), headers=MCP_HEADERS)
             assert refused.status_code == 429
+            assert refused.json()["error"]["message"] == "too many requests to this session"
             assert int(refused.headers["retry-after"]) >= 1
 
     run(scenario)

@@ -22,11 +22,11 @@ once and each makes up to ``--requests`` tool calls one after another, stopping 
 its own (an agent id per client). Untimed afterwards: the write queue drains, the
 concept count is read again, then the serve's VmHWM and VmRSS, then SIGTERM.
 
-The serve's rate buckets count HTTP requests, and every unauthenticated caller of a
-loopback serve shares one credential bucket: the defaults (per_credential_rps 50,
-per_session_rps 100) throttle this load, so ``--limits raised`` (the default) writes both
-as ``--rps`` in the home's lambo.toml and prints them; ``--limits default`` runs with
-the shipped defaults, to show what they give.
+The serve's rate buckets count HTTP requests. An unauthenticated caller of a loopback
+serve carries no credential, so only the session's rate applies (per_session_rps 100,
+bursts of 200): ``--limits default`` runs with the shipped defaults, and ``--limits
+raised`` (the default) writes both rates as ``--rps`` in the home's lambo.toml and prints
+them, to show what the serve does unthrottled.
 
 Prints tool calls/s, HTTP requests/s, p50/p99 per tool (and per protocol version), every
 error by kind (a 429 is one), the HTTP statuses the clients saw and the ones the serve
@@ -464,13 +464,13 @@ def gc_said(gc: dict[str, Any]) -> str:
 
 
 def throttle_line(rate: float) -> str:
-    """Whether this load passes the shipped per-credential rate, which every unauthenticated
-    client of a loopback serve shares."""
-    limit = DEFAULT_LIMITS["per_credential_rps"]
+    """Whether this load passes the shipped per-session rate, the one that applies to the
+    unauthenticated clients of a loopback serve (they carry no credential)."""
+    limit = DEFAULT_LIMITS["per_session_rps"]
     verdict = "above" if rate > limit else "below"
     return (
-        f"the shipped per_credential_rps {limit:g} (bursts to {limit * BURST_SECONDS:.0f}), "
-        f"one bucket for every unauthenticated client: this load ({rate:.1f} HTTP requests/s) "
+        f"the shipped per_session_rps {limit:g} (bursts to {limit * BURST_SECONDS:.0f}), "
+        f"the rate unauthenticated clients meet: this load ({rate:.1f} HTTP requests/s) "
         f"is {verdict} it"
     )
 

@@ -36,8 +36,6 @@ request_log = logging.getLogger("lambo_core.mcp.http.requests")
 MCP_PATH = "/mcp"
 SESSION_PREFIX = "/mcp/s/"
 HEALTH_PATH = "/healthz"
-#: the rate bucket of a loopback serve's unauthenticated callers (no credential configured)
-ANONYMOUS = "anonymous"
 _SESSION_HEADER = b"mcp-session-id"
 _VERSION_HEADER = b"mcp-protocol-version"
 _AUTHORIZATION = b"authorization"
@@ -208,7 +206,7 @@ class HttpApp:
         refused = (
             None
             if scope["method"] == "DELETE"
-            else self.rates.admit(credential.name if credential else ANONYMOUS, name)
+            else self.rates.admit(credential.name if credential else None, name)
         )
         if refused is not None:
             await _refuse(send, refused)

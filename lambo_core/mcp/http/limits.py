@@ -63,9 +63,11 @@ class Refusal:
 
 
 class RateLimits:
-    """One bucket per credential (the unauthenticated callers of a loopback serve share
-    one) and one per session. A request takes from both or from neither, so a caller
-    refused by the session's rate does not also spend its own."""
+    """One bucket per credential and one per session. A request takes from both or from
+    neither, so a caller refused by the session's rate does not also spend its own. The
+    unauthenticated callers of a loopback serve carry no credential, so only the session's
+    rate applies to them: one bucket shared by every local client would throttle
+    independent clients against each other without protecting the writer any better."""
 
     def __init__(
         self,
@@ -85,15 +87,20 @@ class RateLimits:
             bucket = table[name] = TokenBucket(rate, self.clock)
         return bucket
 
-    def admit(self, credential: str, session: str) -> Refusal | None:
-        """None when the request may go on (both buckets spent), else the 429."""
-        mine = self._bucket(self._credentials, credential, self.per_credential_rps)
+    def admit(self, credential: str | None, session: str) -> Refusal | None:
+        """None when the request may go on (its buckets spent), else the 429."""
+        mine = (
+            None
+            if credential is None
+            else self._bucket(self._credentials, credential, self.per_credential_rps)
+        )
         theirs = self._bucket(self._sessions, session, self.per_session_rps)
-        if not mine.available():
+        if mine is not None and not mine.available():
             return Refusal(429, "too many requests from this credential", mine.retry_after())
         if not theirs.available():
             return Refusal(429, "too many requests to this session", theirs.retry_after())
-        mine.take()
+        if mine is not None:
+            mine.take()
         theirs.take()
         return None
 
