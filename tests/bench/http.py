@@ -24,8 +24,8 @@ concept count is read again, then the serve's VmHWM and VmRSS, then SIGTERM.
 
 The serve's rate buckets count HTTP requests. An unauthenticated caller of a loopback
 serve carries no credential, so only the session's rate applies (per_session_rps 100,
-bursts of 200): ``--limits default`` runs with the shipped defaults, and ``--limits
-raised`` (the default) writes both rates as ``--rps`` in the home's lambo.toml and prints
+bursts of 200): ``--limits default`` (the default) runs with the shipped defaults, and
+``--limits raised`` writes both rates as ``--rps`` in the home's lambo.toml and prints
 them, to show what the serve does unthrottled.
 
 Prints tool calls/s, HTTP requests/s, p50/p99 per tool (and per protocol version), every
@@ -577,7 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200, help="calls per client at most")
     parser.add_argument("--seconds", type=float, default=20.0, help="time bound of the run")
     parser.add_argument("--concepts", type=int, default=10_000)
-    parser.add_argument("--limits", choices=("raised", "default"), default="raised")
+    parser.add_argument(
+        "--limits",
+        choices=("default", "raised"),
+        default="default",
+        help="default: the shipped [serve] rates; raised: both rates set to --rps",
+    )
     parser.add_argument("--rps", type=float, default=10_000, help="both rates, --limits raised")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="lambo-bench-http-") as tmp:
