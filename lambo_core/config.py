@@ -117,6 +117,12 @@ def load_config(
                     raise ConfigError(
                         f"unknown key {section}.{name} in {file.name}; [{section}] takes: {known}"
                     )
+                if key.secret:
+                    raise ConfigError(
+                        f"{key.dotted} in {file.name}: a token never goes in lambo.toml; set "
+                        f"{key.env} instead, or add a [[serve.credential]] with token_env, "
+                        "token_file or token_sha256"
+                    )
                 settings[key.dotted] = Setting(coerce(key, raw, origin), origin)
     for key in KEYS:
         if key.env and env.get(key.env) not in (None, ""):
@@ -199,6 +205,9 @@ def render_default_file() -> str:
             if key.env:
                 out.append(f"# (variable: {key.env})")
             if key.parse is not None:  # an array of tables: shown after every section
+                continue
+            if key.secret:  # never in the file: say where it comes from instead
+                out.append(f"# {key.name}: set {key.env}, never here")
                 continue
             default = list(key.default) if isinstance(key.default, tuple) else key.default
             out.append(tomli_w.dumps({key.name: default}).strip())

@@ -29,6 +29,8 @@ class Key:
     maximum: float | None = None
     #: the check of a value no plain type describes (an array of tables)
     parse: Callable[[object, str], Value] | None = None
+    #: a secret: taken from its variable or flag, never from lambo.toml
+    secret: bool = False
 
     @property
     def dotted(self) -> str:
@@ -386,15 +388,17 @@ KEYS: tuple[Key, ...] = (
         "auth_token",
         "",
         "a bearer token every HTTP request must carry (reaches every session); required, or a "
-        "[[serve.credential]], to bind off loopback",
+        "[[serve.credential]], to bind off loopback; from LAMBO_AUTH_TOKEN or --auth-token "
+        "only, never this file",
         env="LAMBO_AUTH_TOKEN",
+        secret=True,
     ),
     Key(
         "serve",
         "sessions",
         (),
         "the sessions an HTTP serve holds, each at /mcp/s/<session>; /mcp serves the first "
-        "(--session adds to it)",
+        "(--session replaces the list)",
     ),
     Key(
         "serve",
@@ -422,7 +426,8 @@ KEYS: tuple[Key, ...] = (
         "serve",
         "per_credential_rps",
         50.0,
-        "HTTP requests per second one credential (or, unauthenticated, all callers) may make; "
+        "HTTP requests per second one configured credential may make (unauthenticated "
+        "loopback callers meet only per_session_rps); "
         "bursts of twice that (at least one request); past it 429 with Retry-After",
         minimum=0.1,
         maximum=100_000.0,

@@ -8,7 +8,6 @@ value: it may hold a control character, or a password someone put in the URL.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import unicodedata
@@ -17,6 +16,7 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from .errors import ParameterError
+from .hosts import is_loopback
 from .text import check_string, describe_codepoint, find_refused
 
 URL_EXAMPLE = "http://127.0.0.1:7700/mcp/s/<session>"
@@ -111,17 +111,6 @@ def check_token_env(value: object) -> str:
             "itself never goes into a config file"
         )
     return value
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
-    host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def url_warnings(server: ServerUrl, env: dict[str, str] | None = None) -> list[str]:

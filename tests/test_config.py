@@ -143,6 +143,10 @@ def test_default_file_round_trips_and_covers_every_key(tmp_path: Path) -> None:
     assert set(data) == set(SECTIONS)
     for key in KEYS:
         assert f"# {key.doc}" in text
+        if key.secret:  # never written into the file, only pointed at
+            assert key.name not in data[key.section]
+            assert f"# {key.name}: set {key.env}, never here" in text
+            continue
         if key.parse is not None:  # an array of tables: a commented example, read as absent
             assert key.name not in data[key.section]
             assert f"# [[{key.dotted}]]" in text
@@ -163,3 +167,13 @@ def test_show_lists_every_value_with_its_source(tmp_path: Path) -> None:
     assert "top_k = 9  # file" in shown
     assert "s3cret" not in shown  # a secret is reported as set, never printed
     assert "auth_token = (set)  # env LAMBO_AUTH_TOKEN" in shown
+
+
+def test_a_token_in_lambo_toml_is_refused_without_echo(tmp_path: Path) -> None:
+    write(tmp_path / "lambo.toml", '[serve]\nauth_token = "a-token-of-thirty-two-characters"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+    text = info.value.render()
+    assert "serve.auth_token in lambo.toml: a token never goes in lambo.toml" in text
+    assert "LAMBO_AUTH_TOKEN" in text and "[[serve.credential]]" in text
+    assert "thirty-two" not in text

@@ -63,6 +63,7 @@ def call(tool: str, arguments: dict[str, Any], n: int = 2) -> dict[str, Any]:
 class Clock:
     def __init__(self) -> None:
         self.now = 50.0
+        self.per_call = 0.0  # how far each tool call moves it (a call that takes time)
 
     def __call__(self) -> float:
         return self.now
@@ -135,6 +136,7 @@ async def served(
     def handler_of(session: str) -> Any:
         async def handler(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
             calls[session].append((name, arguments))
+            clock.now += clock.per_call
             text = json.dumps({"session": session})
             return {"content": [{"type": "text", "text": text}], "isError": False}
 
@@ -550,6 +552,33 @@ def test_a_host_not_the_serves_is_421_and_a_bad_origin_403() -> None:
     run(scenario)
 
 
+def test_a_foreign_request_spends_no_rate_and_pushes_no_session_out() -> None:
+    """A page the user opens may POST to the loopback serve: refused by Host, Origin or
+    Content-Type before any limit, it neither throttles nor evicts the local clients."""
+
+    async def scenario() -> None:
+        async with served(per_session_rps=1.0) as s:  # bursts of two requests
+            for _ in range(4):
+                answer = await s.http.post(
+                    "/mcp",
+                    json=initialize(),
+                    headers={**MCP_HEADERS, "origin": "http://evil.example"},
+                )
+                assert answer.status_code == 403
+            await s.open("/mcp")  # initialize and its notification: the whole burst
+        async with served(max_live_sessions=1, evict_idle_after_s=0.0) as s:
+            sid = await s.open("/mcp")
+            junk = await s.http.post(
+                "/mcp",
+                content=b"x",
+                headers={"origin": "http://evil.example", "content-type": "text/plain"},
+            )
+            assert junk.status_code in (400, 403)
+            assert (await s.call(sid)).status_code == 200  # still open
+
+    run(scenario)
+
+
 # -- the request log ---------------------------------------------------------------------
 
 
@@ -559,7 +588,7 @@ def test_one_line_per_request_naming_no_argument_and_no_token(
     async def scenario() -> None:
         async with served(("web", "notes"), credentials=two_credentials()) as s:
             sid = await s.open("/mcp/s/web", TOKEN_A)
-            s.clock.now += 0.0123
+            s.clock.per_call = 0.0123
             await s.http.post(
                 "/mcp/s/web",
                 json=call("lambo_stats", {"agent_id": "secret-argument-agent"}),
@@ -577,7 +606,7 @@ def test_one_line_per_request_naming_no_argument_and_no_token(
     assert lines == [
         "http method=POST session=web status=200 ms=0.0 credential=ci",
         "http method=POST session=web status=202 ms=0.0 credential=ci",
-        "http method=POST session=web status=200 ms=0.0 credential=ci",
+        "http method=POST session=web status=200 ms=12.3 credential=ci",  # the tool call
         "http method=POST session=- status=401 ms=0.0 credential=-",
         # a credential that does not reach the session: the session is not named
         "http method=POST session=- status=404 ms=0.0 credential=bot",

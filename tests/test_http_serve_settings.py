@@ -12,7 +12,8 @@ import pytest
 from lambo_core.cli.serve import served_sessions
 from lambo_core.config import load_config
 from lambo_core.errors import ConfigError, ParameterError
-from lambo_core.mcp.http.serve import HttpSettings, is_loopback, listen, security_settings
+from lambo_core.hosts import in_url
+from lambo_core.mcp.http.serve import HttpSettings, check_bind, listen, security_settings
 
 TOKEN = "a-token-of-thirty-two-characters"
 
@@ -20,27 +21,6 @@ TOKEN = "a-token-of-thirty-two-characters"
 def config(tmp_path: Path, toml: str = "", **flags: object):  # type: ignore[no-untyped-def]
     (tmp_path / "lambo.toml").write_text(toml)
     return load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path, flags=flags)
-
-
-@pytest.mark.parametrize(
-    ("bind", "loopback"),
-    [
-        ("127.0.0.1", True),
-        ("127.8.9.10", True),
-        ("::1", True),
-        ("[::1]", True),
-        ("localhost", True),
-        ("LOCALHOST", True),
-        ("0.0.0.0", False),
-        ("::", False),
-        ("192.168.1.5", False),
-        ("10.0.0.1", False),
-        ("example.com", False),
-        ("", False),
-    ],
-)
-def test_loopback_is_127_0_0_0_8_ipv6_one_and_localhost(bind: str, loopback: bool) -> None:
-    assert is_loopback(bind) is loopback
 
 
 def test_a_bind_off_loopback_without_a_credential_refuses(tmp_path: Path) -> None:
@@ -90,11 +70,26 @@ def test_host_and_origin_lists() -> None:
     named = security_settings("10.1.2.3", 8000, ("mem.example:8000",), ("https://app.example",))
     assert "10.1.2.3:8000" in named.allowed_hosts and "mem.example:8000" in named.allowed_hosts
     assert "https://app.example" in named.allowed_origins
+    # a wildcard bind answers as every name and address of the machine
     wildcard = security_settings("0.0.0.0", 7700, (), ())
     assert f"{socket.gethostname()}:7700" in wildcard.allowed_hosts
-    assert "0.0.0.0:7700" not in wildcard.allowed_hosts  # no client names a wildcard
+    for info in socket.getaddrinfo(socket.gethostname(), None):
+        assert f"{in_url(str(info[4][0]))}:7700" in wildcard.allowed_hosts
+    assert "0.0.0.0:7700" in wildcard.allowed_hosts
+    # another loopback address is the serve's own too
+    assert "127.0.0.2:7700" in security_settings("127.0.0.2", 7700, (), ()).allowed_hosts
     six = security_settings("::1", 7700, (), ())
     assert six.allowed_hosts.count("[::1]:7700") == 1
+
+
+def test_a_bind_with_spaces_or_control_characters_is_refused_without_echo() -> None:
+    for bad in ("ev\x1b[31mil\nline2", "127.0.0.1 extra", "", "   "):
+        with pytest.raises(ConfigError) as info:
+            check_bind(bad)
+        text = info.value.render()
+        assert text.startswith("configuration error: serve.bind must be an IP address")
+        assert "\x1b" not in text and "line2" not in text and "extra" not in text
+    assert check_bind(" 127.0.0.1 ") == "127.0.0.1"
 
 
 def test_listen_takes_port_zero_and_a_busy_port_refuses_naming_it() -> None:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from lambo_core.cli import cli
 from lambo_core.errors import ParameterError
 from lambo_core.setup_clients import setup_client
-from lambo_core.setup_url import URL_EXAMPLE, ServerUrl, check_url, is_loopback, url_warnings
+from lambo_core.setup_url import URL_EXAMPLE, ServerUrl, check_url, url_warnings
 
 URL = "http://127.0.0.1:7700/mcp/s/myproj"
 SECRET = "s3cr3t-token-value"
@@ -310,25 +310,6 @@ def test_command_refusals_exit_2_and_write_nothing(home: Path) -> None:
 
 
 # --------------------------------------------------------------------------- warnings
-
-
-@pytest.mark.parametrize(
-    "host, loopback",
-    [
-        ("127.0.0.1", True),
-        ("127.5.0.9", True),
-        ("::1", True),
-        ("localhost", True),
-        ("LOCALHOST.", True),
-        ("lambo.localhost", True),
-        ("10.0.0.2", False),
-        ("0.0.0.0", False),
-        ("example.com", False),
-        ("localhost.example.com", False),
-    ],
-)
-def test_is_loopback(host: str, loopback: bool) -> None:
-    assert is_loopback(host) is loopback
 
 
 def test_warnings_for_plain_http_off_loopback_and_an_unset_variable() -> None:

@@ -23,7 +23,9 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from ...credentials import Credential, Verifier
@@ -92,6 +94,10 @@ class HttpApp:
         if not endpoints:
             raise ValueError("an HTTP app needs at least one session")
         self.endpoints = {e.session: e for e in endpoints}
+        #: each session's Host/Origin checks, the very settings its manager applies again
+        self._security = {
+            e.session: TransportSecurityMiddleware(e.manager.security_settings) for e in endpoints
+        }
         self.default = endpoints[0].session
         self.verifier = verifier
         self.rates = rates
@@ -202,6 +208,14 @@ class HttpApp:
             await _refuse(send, self._not_served(credential))
             return
         seen["session"] = name
+        # Host, Origin and Content-Type before any limit: a request from a page that is not
+        # allowed must not spend the session's rate or push another client out
+        foreign = await self._security[name].validate_request(
+            Request(scope), is_post=scope["method"] == "POST"
+        )
+        if foreign is not None:
+            await foreign(scope, receive, send)
+            return
         # ending an MCP session (DELETE) is never throttled: it frees a place
         refused = (
             None

@@ -11,7 +11,6 @@ session the way a stdio stop does, while HTTP still answers the calls in flight.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import socket
@@ -29,6 +28,7 @@ from ...config import Config
 from ...credentials import Credential, Verifier, resolve
 from ...embed.loader import LoadedModels
 from ...errors import ConfigError
+from ...hosts import in_url, is_loopback, is_wildcard
 from ...serve import (
     ANSWER_GRACE_S,
     Serve,
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 #: the HTTP serve's own lines (where it listens, one per request): INFO unless LAMBO_LOG says
 http_log = logging.getLogger("lambo_core.mcp.http")
 
-LOOPBACK_NAMES = ("localhost",)
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -69,7 +68,7 @@ class HttpSettings:
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> HttpSettings:
         """Refuses, before anything listens, a bind off loopback without a credential."""
-        bind = str(config.get("serve.bind")).strip()
+        bind = check_bind(str(config.get("serve.bind")))
         credentials = resolve(
             config.get("serve.credential"),
             str(config.get("serve.auth_token")),
@@ -103,41 +102,44 @@ class HttpSettings:
         return security_settings(self.bind, port, self.allowed_hosts, self.allowed_origins)
 
 
-def is_loopback(bind: str) -> bool:
-    """127.0.0.0/8, ::1, or localhost; a wildcard (0.0.0.0, ::) or any other name is not."""
-    if bind.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(bind.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def check_bind(bind: str) -> str:
+    """The bind address as given, or a refusal naming the rule (never the raw value: it goes
+    into log lines and URLs)."""
+    bind = bind.strip()
+    if not bind or not all(ch.isprintable() and not ch.isspace() for ch in bind):
+        raise ConfigError(
+            "serve.bind must be an IP address or a host name, without spaces or control "
+            "characters (such as 127.0.0.1, ::1 or 0.0.0.0)"
+        )
+    return bind
+
+
+def machine_addresses() -> list[str]:
+    """The names and addresses a client elsewhere may use for this machine: its host name,
+    its fully qualified name, and every address the name resolves to."""
+    name = socket.gethostname()
+    found = [name, socket.getfqdn()]
+    with contextlib.suppress(OSError):
+        found += [str(info[4][0]) for info in socket.getaddrinfo(name, None)]
+    return list(dict.fromkeys(found))
 
 
 def security_settings(
     bind: str, port: int, extra_hosts: tuple[str, ...], extra_origins: tuple[str, ...]
 ) -> TransportSecuritySettings:
-    """DNS-rebinding protection: the Host a request names must be this serve's, and a
-    browser Origin must be loopback's or one the operator allowed."""
-    hosts = [f"{h}:{port}" for h in LOOPBACK_HOSTS]
-    shown = f"[{bind.strip('[]')}]" if ":" in bind else bind
-    if not is_loopback(bind) and not _is_wildcard(bind):
-        hosts.append(f"{shown}:{port}")
-    if _is_wildcard(bind):
-        name = socket.gethostname()
-        hosts += [f"{name}:{port}", f"{socket.getfqdn()}:{port}"]
+    """DNS-rebinding protection: the Host a request names must be one this serve answers
+    as (loopback's, the bind address, for a wildcard bind the machine's own names and
+    addresses, and ``allowed_hosts``), and a browser Origin must be loopback's or allowed."""
+    names = [*LOOPBACK_HOSTS, bind]
+    if is_wildcard(bind):
+        names += machine_addresses()
+    hosts = [f"{in_url(name)}:{port}" for name in names]
     origins = [f"http://{h}:*" for h in LOOPBACK_HOSTS]
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=list(dict.fromkeys([*hosts, *extra_hosts])),
         allowed_origins=list(dict.fromkeys([*origins, *extra_origins])),
     )
-
-
-def _is_wildcard(bind: str) -> bool:
-    try:
-        return ipaddress.ip_address(bind.strip("[]")).is_unspecified
-    except ValueError:
-        return False
 
 
 def listen(bind: str, port: int) -> socket.socket:
@@ -147,8 +149,9 @@ def listen(bind: str, port: int) -> socket.socket:
     try:
         sock = socket.create_server((bind.strip("[]"), port), family=family, backlog=128)
     except OSError as exc:
+        why = exc.strerror or "the address cannot be used"  # never the OS's repr of it
         raise ConfigError(
-            f"cannot listen on {bind}:{port} ({exc.strerror or exc}); pick another --port or --bind"
+            f"cannot listen on {in_url(bind)}:{port} ({why}); pick another --port or --bind"
         ) from None
     sock.setblocking(False)
     return sock
@@ -254,7 +257,9 @@ async def _serve_until_stopped(
 
 def announce(serves: list[Serve], bind: str, port: int) -> None:
     """Where each session answers (with --port 0, the port picked)."""
-    host = f"[{bind.strip('[]')}]" if ":" in bind else bind
+    # a wildcard is no address to connect to: loopback's is (and other hosts use this
+    # machine's name or address, which the Host check accepts)
+    host = ("[::1]" if ":" in bind else "127.0.0.1") if is_wildcard(bind) else in_url(bind)
     base = f"http://{host}:{port}"
     http_log.info(
         "listening on %s; %s%s serves session %s", base, base, MCP_PATH, serves[0].options.session
