@@ -393,7 +393,7 @@ def exit_cleanly_until_serving() -> None:
     on. ``serve_stdio`` takes the signals over once it serves."""
 
     def leave(signum: int, frame: object) -> None:
-        log.info("%s before serving: nothing to stop", signal.Signals(signum).name)
+        log.info("%s before serving: nothing was acked yet; stopping", signal.Signals(signum).name)
         raise SystemExit(0)
 
     for signum in STOP_SIGNALS:
