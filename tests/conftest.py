@@ -13,6 +13,9 @@ from lambo_core.embed.importer import import_model
 from lambo_core.embed.onnx import OnnxEmbedder
 from tests.embed_fixtures import minilm_source_dir
 
+# The `lambo setup` tests' HOME (the fixture ``home``), shared by their three modules.
+pytest_plugins = ["tests.setup_home"]
+
 # What lambo reads from the environment besides LAMBO_* (tests/test_environment.py fails on any
 # other the source reads): a developer's values must not leak into a test.
 FOREIGN_VARIABLES = ("XDG_RUNTIME_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR")

@@ -18,20 +18,6 @@ URL = "http://127.0.0.1:7700/mcp/s/myproj"
 COMMAND = {"command": "lambo", "args": ["serve", "--session", "myproj"]}
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME in tmp, the current directory a project named ``myproj``."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("CODEX_HOME", raising=False)
-    monkeypatch.delenv("PI_CODING_AGENT_DIR", raising=False)
-    project = tmp_path / "myproj"
-    project.mkdir()
-    monkeypatch.chdir(project)
-    return home
-
-
 def put_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))

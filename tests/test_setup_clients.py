@@ -16,25 +16,7 @@ from click.testing import CliRunner
 from lambo_core.cli import cli
 from lambo_core.errors import ConfigError, ParameterError
 from lambo_core.setup_clients import server_command, setup_client
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME in tmp, the current directory a project named ``myproj``."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("CODEX_HOME", raising=False)
-    project = tmp_path / "myproj"
-    project.mkdir()
-    monkeypatch.chdir(project)
-    return home
-
-
-def body(printed: str) -> str:
-    """The printed form without its comment lines."""
-    return "\n".join(line for line in printed.splitlines() if not line.startswith("#"))
-
+from tests.setup_home import body
 
 LAMBO_ENTRY = {"command": "lambo", "args": ["serve", "--session", "myproj"]}
 

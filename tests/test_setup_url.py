@@ -16,29 +16,18 @@ from lambo_core.cli import cli
 from lambo_core.errors import ParameterError
 from lambo_core.setup_clients import setup_client
 from lambo_core.setup_url import URL_EXAMPLE, ServerUrl, check_url, url_warnings
+from tests.setup_home import body
 
 URL = "http://127.0.0.1:7700/mcp/s/myproj"
 SECRET = "s3cr3t-token-value"
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """HOME in tmp, the current directory a project named ``myproj``, a token in the env."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("CODEX_HOME", raising=False)
-    monkeypatch.delenv("PI_CODING_AGENT_DIR", raising=False)
+def home(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The shared set-up HOME (tests/setup_home.py), with a token in the variable the tests
+    name."""
     monkeypatch.setenv("LAMBO_TOKEN", SECRET)
-    project = tmp_path / "myproj"
-    project.mkdir()
-    monkeypatch.chdir(project)
     return home
-
-
-def body(printed: str) -> str:
-    """The printed form without its comment lines."""
-    return "\n".join(line for line in printed.splitlines() if not line.startswith("#"))
 
 
 def every_file_text(*roots: Path) -> str:

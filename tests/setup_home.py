@@ -1,0 +1,28 @@
+"""What the `lambo setup` tests share: a HOME of their own with the current directory a
+project named ``myproj``, and the printed form of an entry without its comment lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME in tmp, no client's own location variable, the current directory ``myproj``.
+    (A plugin of tests/conftest.py, so every test module may ask for it.)"""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+    monkeypatch.delenv("PI_CODING_AGENT_DIR", raising=False)
+    project = tmp_path / "myproj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    return home
+
+
+def body(printed: str) -> str:
+    """The printed form without its comment lines."""
+    return "\n".join(line for line in printed.splitlines() if not line.startswith("#"))
