@@ -25,39 +25,16 @@ from lambo_core.mcp.http.app import Endpoint, HttpApp, idle_for, live_transports
 from lambo_core.mcp.http.limits import RateLimits
 from lambo_core.mcp.http.serve import HttpSettings, session_manager
 from lambo_core.mcp.server import build_server
+from tests.http_requests import MCP_HEADERS, call, initialize
 
 PORT = 7700
 BASE = f"http://127.0.0.1:{PORT}"
 TOKEN_A = "alpha-token-0123456789abcdef"
 TOKEN_B = "bravo-token-0123456789abcdef"
-VERSION = "2025-11-25"
-MCP_HEADERS = {
-    "accept": "application/json, text/event-stream",
-    "content-type": "application/json",
-    "mcp-protocol-version": VERSION,
-}
 UNAUTHORIZED = (
     b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "unauthorized"}}'
 )
 NOT_FOUND = b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "not found"}}'
-
-
-def initialize(n: int = 1) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": n,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        },
-    }
-
-
-def call(tool: str, arguments: dict[str, Any], n: int = 2) -> dict[str, Any]:
-    params = {"name": tool, "arguments": arguments}
-    return {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
 
 
 class Clock:

@@ -16,6 +16,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from lambo_core.mcp.http.app import open_sessions
 from lambo_core.mcp.http.limits import BURST_SECONDS, LiveSessions, RateLimits, TokenBucket
 from lambo_core.mcp.server import build_server
+from tests.http_requests import MCP_HEADERS, initialize
 
 
 class Clock:
@@ -211,23 +212,6 @@ def _recording_server() -> Any:
     return build_server("web", handler, lambda: ["lambo_stats"])
 
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"},
-    },
-}
-MCP_HEADERS = {
-    "accept": "application/json, text/event-stream",
-    "content-type": "application/json",
-    "mcp-protocol-version": "2025-11-25",
-}
-
-
 def test_open_sessions_reads_the_sdk_managers_own_table() -> None:
     """The SDK keeps no public count of its sessions; ``open_sessions`` reads a private
     table. This test opens and closes real sessions so a renamed table fails here."""
@@ -248,13 +232,13 @@ def test_open_sessions_reads_the_sdk_managers_own_table() -> None:
                 assert open_sessions(manager) == 0
                 ids = []
                 for n in range(3):
-                    opened = await http.post("/mcp", json=INITIALIZE, headers=MCP_HEADERS)
+                    opened = await http.post("/mcp", json=initialize(), headers=MCP_HEADERS)
                     assert opened.status_code == 200, opened.text
                     ids.append(opened.headers["mcp-session-id"])
                     assert open_sessions(manager) == n + 1
                 # a refused opening request leaves nothing open
                 bad = await http.post(
-                    "/mcp", content=json.dumps(INITIALIZE), headers={**MCP_HEADERS, "host": "x"}
+                    "/mcp", content=json.dumps(initialize()), headers={**MCP_HEADERS, "host": "x"}
                 )
                 assert bad.status_code == 421
                 assert open_sessions(manager) == 3

@@ -22,27 +22,12 @@ from mcp import Client, StdioServerParameters
 
 from tests.e2e.conftest import body, derive, lambo_argv, serve_env
 from tests.e2e.http_serve import HttpServe, http_client
+from tests.http_requests import MCP_HEADERS, initialize
 
 TOKEN = "e2e-auth-token-0123456789abcdef"
 TOKEN_A = "alpha-credential-0123456789abcd"
 TOKEN_B = "bravo-credential-0123456789abcd"
 TOKEN_C = "every-credential-0123456789abcd"
-VERSION = "2025-11-25"
-MCP_HEADERS = {
-    "accept": "application/json, text/event-stream",
-    "content-type": "application/json",
-    "mcp-protocol-version": VERSION,
-}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": VERSION,
-        "capabilities": {},
-        "clientInfo": {"name": "e2e", "version": "0"},
-    },
-}
 FIVE_MIB = 5 * 1024 * 1024
 REQUEST_LINE = re.compile(
     r"http method=(?P<method>\S+) session=(?P<session>\S+) status=(?P<status>\d+) "
@@ -61,7 +46,7 @@ def auth(token: str | None) -> dict[str, str]:
 
 
 def open_session(http: httpx2.Client, url: str, token: str | None = None) -> str:
-    opened = http.post(url, json=INITIALIZE, headers={**MCP_HEADERS, **auth(token)})
+    opened = http.post(url, json=initialize(), headers={**MCP_HEADERS, **auth(token)})
     assert opened.status_code == 200, opened.text
     sid = opened.headers["mcp-session-id"]
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -145,7 +130,7 @@ def test_a_bearer_token_is_required_and_the_401_names_nothing(token_serve: HttpS
     url = token_serve.url("web")
     with httpx2.Client(timeout=30) as http:
         answers = [
-            http.post(target, json=INITIALIZE, headers={**MCP_HEADERS, **extra})
+            http.post(target, json=initialize(), headers={**MCP_HEADERS, **extra})
             for target in (url, token_serve.url(), token_serve.url("nosuch"))
             for extra in (
                 {},
@@ -283,22 +268,24 @@ def test_a_bad_origin_is_403_a_foreign_host_421_and_an_allowed_origin_passes(
     port = url.split(":")[2].split("/")[0]
     headers = {**MCP_HEADERS, **auth(TOKEN)}
     with httpx2.Client(timeout=30) as http:
-        evil = http.post(url, json=INITIALIZE, headers={**headers, "origin": "http://evil.example"})
+        evil = http.post(
+            url, json=initialize(), headers={**headers, "origin": "http://evil.example"}
+        )
         assert (evil.status_code, evil.text) == (403, "Invalid Origin header")
         for host in ("evil.example", f"evil.example:{port}", "127.0.0.1:1"):
-            foreign = http.post(url, json=INITIALIZE, headers={**headers, "host": host})
+            foreign = http.post(url, json=initialize(), headers={**headers, "host": host})
             assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
         allowed = http.post(
-            url, json=INITIALIZE, headers={**headers, "origin": "https://app.example"}
+            url, json=initialize(), headers={**headers, "origin": "https://app.example"}
         )
         assert allowed.status_code == 200
         local = http.post(
-            url, json=INITIALIZE, headers={**headers, "origin": "http://localhost:5173"}
+            url, json=initialize(), headers={**headers, "origin": "http://localhost:5173"}
         )
         assert local.status_code == 200
         assert (
             http.post(
-                url, json=INITIALIZE, headers={**headers, "host": f"localhost:{port}"}
+                url, json=initialize(), headers={**headers, "host": f"localhost:{port}"}
             ).status_code
             == 200
         )
@@ -330,10 +317,12 @@ def test_credentials_reach_only_their_sessions_and_the_ceiling_holds(
     ):
         alpha, beta = serve.url("alpha"), serve.url("beta")
         # bravo's token on alpha: byte for byte the answer for a session not served
-        unreached = http.post(alpha, json=INITIALIZE, headers={**MCP_HEADERS, **auth(TOKEN_B)})
-        default = http.post(serve.url(), json=INITIALIZE, headers={**MCP_HEADERS, **auth(TOKEN_B)})
+        unreached = http.post(alpha, json=initialize(), headers={**MCP_HEADERS, **auth(TOKEN_B)})
+        default = http.post(
+            serve.url(), json=initialize(), headers={**MCP_HEADERS, **auth(TOKEN_B)}
+        )
         unknown = http.post(
-            serve.url("gamma"), json=INITIALIZE, headers={**MCP_HEADERS, **auth(TOKEN_B)}
+            serve.url("gamma"), json=initialize(), headers={**MCP_HEADERS, **auth(TOKEN_B)}
         )
         for answer in (unreached, default, unknown):
             assert answer.status_code == 404
@@ -349,7 +338,7 @@ def test_credentials_reach_only_their_sessions_and_the_ceiling_holds(
         assert ping(http, alpha, sid, TOKEN_A).status_code == 200
         # the ceiling: two MCP sessions open over both sessions, the third refused
         second = open_session(http, beta, TOKEN_B)
-        refused = http.post(beta, json=INITIALIZE, headers={**MCP_HEADERS, **auth(TOKEN_C)})
+        refused = http.post(beta, json=initialize(), headers={**MCP_HEADERS, **auth(TOKEN_C)})
         assert refused.status_code == 503
         assert int(refused.headers["retry-after"]) >= 1
         assert ping(http, beta, second, TOKEN_B).status_code == 200  # the open ones go on

@@ -18,6 +18,7 @@ from mcp import Client, StdioServerParameters
 from lambo_core.store import SqliteStore
 from tests.e2e.conftest import body, derive, lambo_argv, serve_env
 from tests.e2e.http_serve import HttpServe, http_client, serve_settings
+from tests.http_requests import MCP_HEADERS, initialize
 
 
 async def _derive_wait_recall(client: Client, content: str, query: str) -> dict[str, object]:
@@ -163,19 +164,8 @@ def test_an_idle_mcp_session_expires_and_frees_its_place(served_home: Path, tmp_
     with HttpServe(served_home, tmp_path / "m.db") as serve:
         url = serve.url("web")
         base = serve.wait_listening()
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "idle-test", "version": "1"},
-            },
-        }
-        headers = {"Accept": "application/json, text/event-stream"}
         with httpx2.Client(timeout=30) as http:
-            opened = http.post(url, json=initialize, headers=headers)
+            opened = http.post(url, json=initialize(), headers=MCP_HEADERS)
             assert opened.status_code == 200
             session_id = opened.headers["mcp-session-id"]
             assert http.get(f"{base}/healthz").json()["mcp_sessions"] == 1
@@ -186,7 +176,7 @@ def test_an_idle_mcp_session_expires_and_frees_its_place(served_home: Path, tmp_
             listed = http.post(
                 url,
                 json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-                headers={**headers, "mcp-session-id": session_id},
+                headers={**MCP_HEADERS, "mcp-session-id": session_id},
             )
             assert listed.status_code == 404  # the client must start a new session
         assert serve.stop() == 0
