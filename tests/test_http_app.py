@@ -122,7 +122,11 @@ async def served(
     endpoints = [
         Endpoint(
             s,
-            session_manager(build_server(s, handler_of(s), lambda: ["lambo_stats"]), config, PORT),
+            session_manager(
+                build_server(s, handler_of(s), lambda: ["lambo_stats"]),
+                config,
+                config.security(PORT),
+            ),
             lambda: serving,
         )
         for s in sessions

@@ -166,11 +166,11 @@ class _Uvicorn(uvicorn.Server):
 
 
 def session_manager(
-    server: object, settings: HttpSettings, port: int
+    server: object, settings: HttpSettings, security: TransportSecuritySettings
 ) -> StreamableHTTPSessionManager:
     return StreamableHTTPSessionManager(
         app=server,  # type: ignore[arg-type]
-        security_settings=settings.security(port),
+        security_settings=security,
         session_idle_timeout=settings.session_idle_timeout_s,
         max_request_body_size=settings.max_request_bytes,
         max_sessions=None,  # the app's ceiling counts every session's, and may make room
@@ -217,10 +217,11 @@ async def _serve_until_stopped(
     serves: list[Serve], settings: HttpSettings, sock: socket.socket, budget_s: float
 ) -> None:
     port = sock.getsockname()[1]  # the one --port 0 was given
+    security = settings.security(port)  # once: a wildcard bind resolves the host's names
     endpoints = [
         Endpoint(
             s.options.session,
-            session_manager(build_server(s.options.session, s, tool_names), settings, port),
+            session_manager(build_server(s.options.session, s, tool_names), settings, security),
             lambda s=s: s.serving,  # type: ignore[misc]
         )
         for s in serves
