@@ -240,8 +240,9 @@ class Serve:
 
     async def hold(self) -> None:
         """Take the session as its only writer, or refuse naming its holder (an HTTP serve
-        never forwards: ``http_refusal``). Opening the service happens here, so a session
-        that cannot be served refuses the start rather than every call."""
+        does not start as a forwarder: ``http_refusal``). Opening the service happens here,
+        so a session that cannot be served refuses the start rather than every call. (A
+        lease lost later is handled as in any hub: the election follows.)"""
         session = self.options.session
         try:
             lease = await anyio.to_thread.run_sync(self.store.get_lease, session)
