@@ -35,7 +35,17 @@ from .hub import (
 )
 from .limits import WAIT_MS_MAX
 from .model import Lease
-from .serve import ServeOptions, lease_ttl, open_service, shutdown_budget, stop_service
+from .embed.loader import LoadedModels
+from .layers.handle import LayerHandle
+from .serve import (
+    ServeOptions,
+    attach_layers,
+    lease_ttl,
+    open_service,
+    shutdown_budget,
+    stop_service,
+)
+from .service import MemoryService
 from .store import open_store
 from .store.base import Store
 from .store.sqlite import read_lease
@@ -94,6 +104,7 @@ async def open_client(
     needs_serve: bool = False,
     session_list: str = "lambo session list",
     serve_command: str | None = None,
+    layers: tuple[str, ...] = (),
 ) -> AsyncIterator[Call]:
     """A ``call(tool, arguments) -> CallToolResult JSON`` bound to ``session``.
 
@@ -101,7 +112,8 @@ async def open_client(
     (False) refuses a session the store does not have. ``needs_serve``: the call is
     made only through the serve that holds the session (a lock lives there).
     ``session_list`` and ``serve_command`` are the commands a refusal points to,
-    written by the caller with its own flags.
+    written by the caller with its own flags. ``layers``: the session's layers, attached
+    when the command serves the session itself (a serve that holds it has its own).
     """
     sqlite = config.store_kind == "sqlite"
     if not creates and not needs_serve and sqlite and not config.store_path.is_file():
@@ -123,7 +135,7 @@ async def open_client(
                 raise _missing(config, session, session_list)
             keeper = _keeper(store, config, session, agent)
             if keeper.try_acquire() is not None:
-                async with _served_locally(store, config, keeper) as call:
+                async with _served_locally(store, config, keeper, layers) as call:
                     yield call
                 return
         finally:
@@ -147,7 +159,7 @@ async def open_client(
         keeper = _keeper(store, config, session, agent)
         if keeper.try_acquire() is None:  # pragma: no cover - a fresh memory store is free
             raise _not_answering(session, keeper.current())
-        async with _served_locally(store, config, keeper) as call:
+        async with _served_locally(store, config, keeper, layers) as call:
             yield call
     finally:
         store.close()
@@ -217,16 +229,26 @@ def _not_answering(session: str, lease: Lease | None) -> ConflictError:
 
 
 @asynccontextmanager
-async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> AsyncIterator[Call]:
+async def _served_locally(
+    store: Store, config: Config, keeper: LeaseKeeper, layers: tuple[str, ...] = ()
+) -> AsyncIterator[Call]:
     """Serve the calls here, under the lease ``keeper`` has just taken: heartbeating it, so
-    a command that runs past the lease's TTL keeps it (and is fenced out if it loses it)."""
+    a command that runs past the lease's TTL keeps it (and is fenced out if it loses it).
+    A layered session's ``layers`` are attached as a serve attaches them."""
     session, agent = keeper.session, keeper.agent
+    options = ServeOptions(session=session, agent=agent, layers=layers)
     heartbeat = asyncio.create_task(keeper.run())
     clean = True
+    attached: list[LayerHandle] = []
     try:
+        models = LoadedModels()
         service = await anyio.to_thread.run_sync(
-            open_service, store, config, ServeOptions(session=session, agent=agent)
+            functools.partial(open_service, store, config, options, models=models)
         )
+        answer: Call = _answering(service)
+        if layers:
+            layered, attached = await attach_layers(config, options, service, models, store)
+            answer = layered.call
 
         admitted: list[tuple[str, object]] = []  # (receipt, agent_id) of writes made here
 
@@ -235,7 +257,7 @@ async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> 
             if tool in _USES_MODEL and lazy is not None:
                 # Loaded, or failed to (the recall then says it is keyword-only).
                 await anyio.to_thread.run_sync(lazy.wait)
-            result = (await service.call(tool, arguments)).to_json()
+            result = await answer(tool, arguments)
             receipt = (result.get("structuredContent") or {}).get("receipt")
             if tool in _WRITES and not result["isError"] and isinstance(receipt, str):
                 admitted.append((receipt, arguments.get("agent_id")))
@@ -247,7 +269,7 @@ async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> 
             # command did not wait for (--no-wait): a stop would hand it on unapplied, to
             # whichever process next opens the session long enough to replay it.
             for receipt, writer in admitted:
-                await service.call(
+                await answer(
                     "lambo_stats", {"agent_id": writer, "receipt": receipt, "wait_ms": WAIT_MS_MAX}
                 )
         finally:
@@ -258,6 +280,9 @@ async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> 
                 )
             )
             clean = stopped.clean
+            for handle in attached:  # a layer held here hands its queue on as a serve's does
+                await handle.close()
+                clean = clean and not handle.serve.unfinished
     finally:
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -267,6 +292,13 @@ async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> 
         else:  # a write may still be committing: the lease lapses with this process instead
             _UNFINISHED.set()
             log.warning("session %s: keeping the lease until this command exits", session)
+
+
+def _answering(service: MemoryService) -> Call:
+    async def answer(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return (await service.call(tool, arguments)).to_json()
+
+    return answer
 
 
 # Set when a command's own stop left part of the session running in a thread: the process

@@ -35,6 +35,9 @@ from .mcp.relay import Outstanding, serve_connection
 from .mcp.server import build_server
 from .mcp.stdio import bounded_stdio_server
 from .scoring import start_summary_warm
+from .layers.handle import LayerHandle
+from .layers.internal import INTERNAL_TOOLS, answer_internal, socket_tool_names
+from .layers.service import LayeredService
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
 from .store import open_store
@@ -56,6 +59,19 @@ class ServeOptions:
     session: str
     agent: str = "lambo-serve"
     allow_embedding_mismatch: bool = False
+    #: the shared sessions this one also reads and writes by scope ([serve] layers)
+    layers: tuple[str, ...] = ()
+    #: this session is attached as another's layer: it is marked a shared layer
+    as_layer: bool = False
+
+    def layer_options(self, layer: str) -> ServeOptions:
+        """How this serve attaches ``layer``: as an unlayered session of its own."""
+        return ServeOptions(
+            session=layer,
+            agent=self.agent,
+            allow_embedding_mismatch=self.allow_embedding_mismatch,
+            as_layer=True,
+        )
 
 
 def open_service(
@@ -138,19 +154,46 @@ def tool_names() -> list[str]:
     return list(SERVED_TOOLS)
 
 
+async def attach_layers(
+    config: Config, options: ServeOptions, service: MemoryService, models: LoadedModels, store: Store
+) -> tuple[LayeredService, list[LayerHandle]]:
+    """Attach each of ``options.layers`` to ``service``'s session: a serve of the layer on
+    the same store and models, which holds it, forwards to its holder, or keeps electing."""
+    handles = [
+        LayerHandle(name, Serve(config, options.layer_options(name), models, store=store))
+        for name in options.layers
+    ]
+    for handle in handles:
+        await handle.start()
+    floor = float(config.get("recall.layer_relevance_floor"))
+    layered = LayeredService(service, handles, floors=dict.fromkeys(options.layers, floor))
+    return layered, handles
+
+
 class Serve:
     """One serve process: its store handle, its role in the session, and its tool handler."""
 
     def __init__(
-        self, config: Config, options: ServeOptions, models: LoadedModels | None = None
+        self,
+        config: Config,
+        options: ServeOptions,
+        models: LoadedModels | None = None,
+        *,
+        store: Store | None = None,
     ) -> None:
         self.config = config
         self.options = options
         sqlite = config.store_kind == "sqlite"
-        self.store = open_store(config.store_kind, config.store_path if sqlite else None)
-        if sqlite:
-            warn_if_readable_by_others(config.store_path)
+        #: a layer's serve shares its session's store (one connection, one RAM store)
+        self._owns_store = store is None
+        if store is None:
+            store = open_store(config.store_kind, config.store_path if sqlite else None)
+            if sqlite:
+                warn_if_readable_by_others(config.store_path)
+        self.store = store
         self.service: MemoryService | None = None
+        #: the layers this serve attached while it is the session's hub
+        self.layers: list[LayerHandle] = []
         #: the models this process loaded: a service opened again after a takeover reuses
         #: them, and the serves of one process (an HTTP serve's sessions) share them
         self.models = models if models is not None else LoadedModels()
@@ -161,7 +204,9 @@ class Serve:
             options.agent,
             self._become_hub,
             on_stop_hub=self._stop_hub,
-            tool_names=tool_names,  # the hub socket refuses any other name as stdio does
+            # the hub socket refuses any other name as stdio does, but answers the internal
+            # tools a layered session asks of its layers
+            tool_names=socket_tool_names,
             ttl=lease_ttl(config),
             heartbeat=lease_ttl(config) / 3,
             forward_timeout_s=float(config.get("serve.forward_timeout_s")),
@@ -191,16 +236,30 @@ class Serve:
         )
         service = self.service
         start_summary_warm(service.session.index)  # this process serves from now on
+        if self.options.as_layer and not service.session.shared_layer:
+            await anyio.to_thread.run_sync(service.session.mark_shared_layer)
+        layered = await self._attach_layers(service) if self.options.layers else None
 
         async def handle(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            if tool in INTERNAL_TOOLS:
+                return await answer_internal(service, tool, arguments)
+            if layered is not None:
+                return await layered.call(tool, arguments)
             return (await service.call(tool, arguments)).to_json()
 
         return handle
+
+    async def _attach_layers(self, service: MemoryService) -> LayeredService:
+        layered, self.layers = await attach_layers(
+            self.config, self.options, service, self.models, self.store
+        )
+        return layered
 
     async def _stop_hub(self) -> bool:
         """Stop the hub's service (a clean stop, ``stop_service``); False when something of
         it still runs, so the lease must not be given up."""
         service, self.service = self.service, None
+        layers, self.layers = self.layers, []
         if service is None:
             return True
         keeper = self._keeper
@@ -218,6 +277,9 @@ class Serve:
             return False
         if not outcome.clean:
             self.unfinished = True
+        for handle in layers:  # after the session: its calls into them have ended
+            await handle.close()
+            self.unfinished = self.unfinished or handle.serve.unfinished
         return outcome.clean
 
     async def start(self) -> None:
@@ -289,7 +351,7 @@ class Serve:
 
     async def close(self) -> None:
         await self.stop()
-        if not self.unfinished:  # a thread may still be writing through it
+        if self._owns_store and not self.unfinished:  # a thread may still be writing through it
             self.store.close()
 
 

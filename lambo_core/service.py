@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -30,6 +31,7 @@ from .limits import WAIT_MS_MAX
 from .locks import LockTable, run_reserve
 from .model import Status
 from .recall import Ranking, RecallDefaults, recall
+from .recall.parts import RecallParts, recall_parts
 from .receipts import ReceiptView, render_line, render_piggyback, to_structured
 from .saints import run_saints
 from .session import Session, describe_contract
@@ -142,14 +144,49 @@ class MemoryService:
     def tool_names(self) -> list[str]:
         return [name for name in SERVED_TOOLS if name in self._handlers]
 
-    async def call(self, tool: str, arguments: object) -> ToolResult:
+    async def call(self, tool: str, arguments: object, *, piggyback: bool = True) -> ToolResult:
+        """Answer one call; with ``piggyback`` the caller's settled receipts ride along
+        (False: a layered session's service gathers them across its layers itself)."""
         handler = self._handlers.get(tool)
         if handler is None:
             raise UnknownTool(f"unknown tool {tool!r}")
+        result = await self._answer(tool, arguments, handler)
+        if piggyback and not result.is_error and isinstance(arguments, Mapping):
+            self._piggyback(arguments, result)
+        return result
+
+    async def write(
+        self,
+        tool: str,
+        arguments: object,
+        *,
+        via: str | None = None,
+        foreign: Mapping[str, str] | None = None,
+    ) -> ToolResult:
+        """A write sent through another session (``via``: its receipt is answered only
+        there), or checked against the references ``foreign`` says other sessions hold.
+        No receipts ride along: the session written through gathers its own."""
+
+        async def submit(args: Mapping[str, Any]) -> ToolResult:
+            ack = await anyio.to_thread.run_sync(
+                partial(self.pipeline.submit, tool, args, via=via, foreign=foreign)
+            )
+            return ToolResult(texts=[ack.text], structured=ack.structured)
+
+        return await self._answer(tool, arguments, submit)
+
+    async def recall_parts(self, arguments: Mapping[str, Any]) -> RecallParts:
+        """One recall's parts before rendering (a layered session merges several)."""
+        return await anyio.to_thread.run_sync(
+            lambda: recall_parts(self.session, arguments, **self._recall_context())
+        )
+
+    async def _answer(self, tool: str, arguments: object, handler: Handler) -> ToolResult:
+        """``handler``'s result, or its refusal as an error result (internals logged)."""
         try:
             if not isinstance(arguments, Mapping):
                 raise ParameterError(f"the arguments of {tool} must be an object")
-            result = await handler(arguments)
+            return await handler(arguments)
         except LamboError as exc:
             if exc.detail:
                 log.warning("%s on %s: %s", exc.kind.value, tool, exc.detail)
@@ -157,8 +194,6 @@ class MemoryService:
         except Exception as exc:
             log.exception("%s failed", tool)
             return ToolResult.error(internal_fault(repr(exc)).render())
-        self._piggyback(arguments, result)
-        return result
 
     def _piggyback(self, arguments: Mapping[str, Any], result: ToolResult) -> None:
         agent = arguments.get("agent_id")
@@ -178,17 +213,19 @@ class MemoryService:
     async def _recall(self, args: Mapping[str, Any]) -> ToolResult:
         # Off the event loop: the query embedding runs the model.
         result = await anyio.to_thread.run_sync(
-            lambda: recall(
-                self.session,
-                args,
-                defaults=self._recall_defaults,
-                ranking=self._ranking,
-                holder=self.locks.holder,
-                listing=self.daemon.listing if self.daemon is not None else None,
-                canon_history=self._canon_history,
-            )
+            lambda: recall(self.session, args, **self._recall_context())
         )
         return ToolResult(texts=[result.context], structured=result.structured())
+
+    def _recall_context(self) -> dict[str, Any]:
+        """What a recall of this session reads beside its arguments."""
+        return {
+            "defaults": self._recall_defaults,
+            "ranking": self._ranking,
+            "holder": self.locks.holder,
+            "listing": self.daemon.listing if self.daemon is not None else None,
+            "canon_history": self._canon_history,
+        }
 
     # -- writes -------------------------------------------------------------------------
     # Admission takes the index lock and commits the intent to SQLite, both of which

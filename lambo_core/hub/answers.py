@@ -98,3 +98,24 @@ def unavailable_result(
     if rule is not None:
         text += f" {rule}: {SOCKET_DIR_ADVICE}."
     return tool_error(text)
+
+
+#: the opening words of each answer a serve gives in a tool's place (no tool ran)
+_HUB_ANSWER_OPENINGS = (
+    HUB_GONE_TEXT.split(":", 1)[0],  # "lambo memory is unavailable for this call" (all three)
+    HUB_SILENT_TEXT.split(" within", 1)[0],
+    LEASE_LOST_CALL_TEXT.split(" (", 1)[0],
+)
+
+
+def answered_by_hub(result: dict[str, Any]) -> str | None:
+    """Which answer a serve gave in a tool's place: "silent" (the holder read the call and
+    may still act on it), "unavailable" (nothing was read or written), or None when a
+    tool answered (its own refusals included)."""
+    if not result.get("isError"):
+        return None
+    content = result.get("content") or [{}]
+    text = content[0].get("text", "") if isinstance(content[0], dict) else ""
+    if not isinstance(text, str) or not text.startswith(_HUB_ANSWER_OPENINGS):
+        return None
+    return "silent" if text.startswith(_HUB_ANSWER_OPENINGS[1]) else "unavailable"

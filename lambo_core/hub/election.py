@@ -278,6 +278,12 @@ class SessionHub:
             warn=self._warn,
         )
 
+    def request_lease(self) -> None:
+        """Something needs this session and no hub answers: take it over when allowed (a
+        layer's merged recall asks without waiting for the answer)."""
+        self._unmet_call = True
+        self._ask_for_lease()
+
     def _ask_for_lease(self) -> None:
         """A call needs memory and no hub answers: let the election take the lease."""
         if self.role in ("electing", "starting"):

@@ -201,7 +201,9 @@ async def serve_http(config: Config, options: list[ServeOptions]) -> list[Serve]
     models = LoadedModels()  # one model load for every session
     serves = [Serve(config, o, models=models) for o in options]
     try:
-        for serve in serves:
+        # a served session that is also the others' layer first: holding a session
+        # attaches its layers, and an attached layer would already hold that one's lease
+        for serve in sorted(serves, key=lambda s: not s.options.as_layer):
             await serve.hold()
         await _serve_until_stopped(serves, settings, sock, budget_s)
     finally:

@@ -1,0 +1,88 @@
+"""One layer a layered session reads and writes: held here, or forwarded to its holder.
+
+A layer is a session of the same store. Its ``Serve`` (built by the project's serve, on
+the same store and models) takes the layer's lease when it is free and forwards to the
+serve that holds it otherwise, taking it over once that holder is gone: the session
+hub's election, unchanged. What the project may not wait for (a merged recall) asks
+``probe``: the layer answers now or is unavailable now. Spec: lambo_recall, "Layered
+sessions"; lambo_derive, "Writing to a layer".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..hub.answers import answered_by_hub
+
+if TYPE_CHECKING:
+    from ..serve import Serve
+
+log = logging.getLogger(__name__)
+
+#: what a caller can see of a layer
+LayerState = Literal["serving", "unreachable", "detaching", "failed"]
+
+
+class LayerUnavailable(Exception):
+    """The layer did not answer this call: ``state`` says how (nothing ran there, except
+    with ``may_have_acted``: its holder read the call and did not answer in time)."""
+
+    def __init__(self, state: LayerState, *, may_have_acted: bool = False) -> None:
+        super().__init__(state)
+        self.state: LayerState = state
+        self.may_have_acted = may_have_acted
+
+
+class LayerHandle:
+    """A layer attached by this serve: ``call`` answers through the layer's own service,
+    wherever it runs; ``state`` says whether it can."""
+
+    def __init__(self, name: str, serve: Serve) -> None:
+        self.name = name
+        self.serve = serve
+        self._detaching = False
+
+    async def start(self) -> None:
+        """Join the layer (its election): hold it, forward to it, or keep electing."""
+        await self.serve.start()
+
+    async def close(self) -> None:
+        """Detach: a layer held here hands its queue on, as a serve's stop does."""
+        self._detaching = True
+        await self.serve.close()
+
+    @property
+    def state(self) -> LayerState:
+        if self._detaching or self.serve.hub.closed:
+            return "detaching"
+        if self.serve.error is not None:
+            return "failed"  # its attach failed for good: the reason is in the serve's log
+        if self.serve.hub.role in ("hub", "forwarder"):
+            return "serving"
+        return "unreachable"
+
+    async def call(self, tool: str, arguments: dict[str, Any], *, probe: bool = False) -> Any:
+        """The layer's answer to ``tool`` (an internal tool's structured content, or a
+        public tool's result dict), or ``LayerUnavailable``. With ``probe`` a layer that is
+        not serving right now is unavailable at once (its election is asked to take the
+        lease, so a holder that died comes back by takeover); without it the call waits
+        the election's short settle, as any call to a session does."""
+        state = self.state
+        if state in ("detaching", "failed") or (probe and state != "serving"):
+            if state == "unreachable":
+                self.serve.hub.request_lease()
+            raise LayerUnavailable(state)
+        result = await self.serve(tool, arguments)
+        answered = answered_by_hub(result)
+        if answered is not None or self.serve.error is not None:
+            log.info("layer %s: %s did not reach it (%s)", self.name, tool, answered)
+            raise LayerUnavailable(
+                "failed" if self.serve.error is not None else self.state_after_miss(),
+                may_have_acted=answered == "silent",
+            )
+        return result
+
+    def state_after_miss(self) -> LayerState:
+        state = self.state
+        return "unreachable" if state == "serving" else state

@@ -1,0 +1,138 @@
+"""The hub's internal tools: what a layered session asks of a layer beyond the public tools.
+
+They are answered only through the hub (the serve that holds a session, in process or over
+its private socket); the MCP layer never lists them and refuses them as unknown tools. Each
+takes and returns JSON, so a layer answers alike wherever it runs:
+
+- ``lambo.layer_call``: a public read tool, answered without the layer's own receipts
+  (those belong to the layer's own address);
+- ``lambo.layer_recall``: one recall's parts before rendering, for the merged recall;
+- ``lambo.layer_write``: a write through another session (``via``), whose receipt only
+  that session hands out;
+- ``lambo.layer_resolve``: which of some references name one concept here;
+- ``lambo.layer_receipts`` / ``lambo.layer_receipt``: the receipts of writes made through
+  another session, for its piggyback and its lambo_stats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+
+from ..errors import LamboError, ParameterError
+from ..receipts import render_line, to_structured
+from ..service import SERVED_TOOLS, ToolResult
+from ..writes.cross_session import resolve_refs
+
+if TYPE_CHECKING:
+    from ..service import MemoryService
+
+LAYER_CALL = "lambo.layer_call"
+LAYER_RECALL = "lambo.layer_recall"
+LAYER_WRITE = "lambo.layer_write"
+LAYER_RESOLVE = "lambo.layer_resolve"
+LAYER_RECEIPTS = "lambo.layer_receipts"
+LAYER_RECEIPT = "lambo.layer_receipt"
+INTERNAL_TOOLS = (
+    LAYER_CALL,
+    LAYER_RECALL,
+    LAYER_WRITE,
+    LAYER_RESOLVE,
+    LAYER_RECEIPTS,
+    LAYER_RECEIPT,
+)
+WRITE_TOOLS = ("lambo_derive", "lambo_record_action")
+
+
+def socket_tool_names() -> list[str]:
+    """What a hub's socket answers: the public tools and the internal ones."""
+    return [*SERVED_TOOLS, *INTERNAL_TOOLS]
+
+
+def _text(args: Mapping[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str):
+        raise ParameterError(f"{key} must be a string")
+    return value
+
+
+def _object(args: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = args.get(key)
+    if not isinstance(value, dict):
+        raise ParameterError(f"{key} must be an object")
+    return value
+
+
+async def answer_internal(
+    service: MemoryService, tool: str, args: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One internal tool's answer (a CallToolResult dict), from this hub's ``service``."""
+    try:
+        if tool == LAYER_CALL:
+            name = _text(args, "tool")
+            if name not in SERVED_TOOLS or name in WRITE_TOOLS:
+                raise ParameterError("tool must name a read tool")
+            result = await service.call(name, _object(args, "arguments"), piggyback=False)
+            return result.to_json()
+        if tool == LAYER_WRITE:
+            name = _text(args, "tool")
+            if name not in WRITE_TOOLS:
+                raise ParameterError("tool must name a write tool")
+            foreign = args.get("foreign") or {}
+            if not isinstance(foreign, dict):
+                raise ParameterError("foreign must be an object")
+            written = await service.write(
+                name, _object(args, "arguments"), via=_text(args, "via"), foreign=foreign
+            )
+            return written.to_json()
+        structured = await _structured(service, tool, args)
+    except LamboError as exc:
+        return ToolResult.error(exc.render()).to_json()
+    return ToolResult(texts=[""], structured=structured).to_json()
+
+
+async def _structured(
+    service: MemoryService, tool: str, args: Mapping[str, Any]
+) -> dict[str, Any]:
+    if tool == LAYER_RECALL:
+        parts = await service.recall_parts(_object(args, "arguments"))
+        return parts.to_json()
+    if tool == LAYER_RESOLVE:
+        refs = args.get("refs")
+        if not isinstance(refs, list):
+            raise ParameterError("refs must be an array")
+        session = service.session
+
+        def found() -> list[str]:
+            with session.index.lock:
+                return resolve_refs(session.index.graph, refs)
+
+        return {"found": await anyio.to_thread.run_sync(found)}
+    book = service.session.receipts
+    agent, via = _text(args, "agent_id"), _text(args, "via")
+    if tool == LAYER_RECEIPTS:
+        limit = args.get("limit", 0)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ParameterError("limit must be a nonnegative integer")
+        exclude = args.get("exclude")
+        exclude = exclude if isinstance(exclude, str) else None
+        views = book.take_piggyback(agent, via, limit, exclude=exclude) if limit else []
+        return {
+            "waiting": book.waiting(agent, via),
+            "receipts": [{"line": render_line(v), "receipt": to_structured(v)} for v in views],
+        }
+    if tool == LAYER_RECEIPT:
+        receipt_id = _text(args, "receipt")
+        if not book.issued_here(receipt_id):
+            return {"receipt": None}
+        wait_ms = args.get("wait_ms", 0)
+        if not isinstance(wait_ms, int) or isinstance(wait_ms, bool) or wait_ms < 0:
+            raise ParameterError("wait_ms must be a nonnegative integer")
+        if wait_ms:
+            view = await book.wait_async(receipt_id, agent, via, wait_ms)
+        else:
+            view = await anyio.to_thread.run_sync(book.lookup, receipt_id, agent, via)
+        return {"receipt": {"line": render_line(view), "receipt": to_structured(view)}}
+    raise ParameterError(f"unknown internal tool {tool}")

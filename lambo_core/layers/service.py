@@ -1,0 +1,387 @@
+"""A layered session: its own service and the layers it reads and writes, by ``scope``.
+
+Every public call of a layered session comes here. ``scope`` is checked against the
+session and its layers and removed; the call then goes to the session's own service or to
+a layer (through the internal tools, wherever the layer's holder runs). A recall without
+scope reads the session and every layer and merges them. Each response carries the
+caller's settled receipts from the session and from the writes it sent into layers, at
+most 8 in all. Spec: lambo_recall, "Layered sessions"; lambo_derive, "Writing to a layer".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from ..args import check_scope
+from ..errors import ConfigError, ConflictError, LamboError
+from ..hub.answers import HUB_SILENT_TEXT, tool_error
+from ..receipts import render_line, to_structured
+from ..receipts.ledger import PIGGYBACK_MAX
+from ..recall.merge import merge_recall
+from ..recall.parts import RecallParts
+from ..service import ToolResult
+from ..writes.cross_session import references_of, resolve_refs
+from ..receipts.fair import fair_shares, layer_down_view
+from .handle import LayerHandle, LayerUnavailable
+from .internal import (
+    LAYER_CALL,
+    LAYER_RECALL,
+    LAYER_RECEIPT,
+    LAYER_RECEIPTS,
+    LAYER_RESOLVE,
+    LAYER_WRITE,
+    WRITE_TOOLS,
+)
+
+if TYPE_CHECKING:
+    from ..service import MemoryService
+
+log = logging.getLogger(__name__)
+
+#: the tools that take scope
+SCOPED_TOOLS = frozenset(
+    {
+        "lambo_recall",
+        "lambo_derive",
+        "lambo_record_action",
+        "lambo_reserve",
+        "lambo_inspect",
+        "lambo_stale",
+        "lambo_saints",
+    }
+)
+
+
+def layer_hit_warning(layer: str) -> str:
+    return (
+        f"recall: these hits are from layer {layer}, and their ids belong to it; "
+        f'pass scope = "{layer}" to lambo_inspect to inspect one'
+    )
+
+
+def not_serving(layer: str, session: str, state: str) -> LamboError:
+    """A scoped call to a layer that is not serving: retryable unless its attach failed."""
+    if state == "failed":
+        return ConfigError(
+            f'scope "{layer}" cannot be served: attaching layer {layer} failed for good '
+            "(the reason is in the serve's log), so nothing was read or written; ask the "
+            "operator to fix it"
+        )
+    why = (
+        "it is being detached"
+        if state == "detaching"
+        else "another lambo serve holds its lease and cannot be reached"
+    )
+    return ConflictError(
+        f'scope "{layer}" is not serving right now ({why}), so nothing was read or written; '
+        f"retry shortly, or call without scope to act on {session}"
+    )
+
+
+def stopped_during_call(layer: str, session: str) -> LamboError:
+    """Spec (Writing to a layer): the layer closed or lost its lease before the ack."""
+    return ConflictError(
+        f"layer {layer} stopped serving during this call (it closed or lost its lease), so "
+        f"nothing was applied to it; retry shortly, or call without scope to act on {session}"
+    )
+
+
+def closed_after_admission(layer: str, receipt: object) -> str:
+    return (
+        f"layer {layer} closed after this write was admitted; it is still applied: do not "
+        f"send it again, ask lambo_stats with receipt {receipt}"
+    )
+
+
+class LayeredService:
+    """The session's own ``MemoryService`` and its attached ``LayerHandle``s."""
+
+    def __init__(
+        self,
+        service: MemoryService,
+        layers: Sequence[LayerHandle],
+        *,
+        floors: Mapping[str, float],
+    ) -> None:
+        self.service = service
+        self.name = service.session.name
+        self.layers = {handle.name: handle for handle in layers}
+        self.order = tuple(handle.name for handle in layers)
+        self.floors = dict(floors)
+        #: (layer, agent) pairs that wrote through this session: whose receipts to collect
+        self._written: set[tuple[str, str]] = set()
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(arguments, dict):
+            return (await self.service.call(tool, arguments)).to_json()
+        if tool == "lambo_stats":
+            result = await self._stats(arguments)
+        elif tool not in SCOPED_TOOLS:
+            return (await self.service.call(tool, arguments)).to_json()
+        else:
+            try:
+                target = check_scope(
+                    arguments.get("scope"),
+                    self.name,
+                    layers=self.order,
+                    writing=tool in WRITE_TOOLS,
+                )
+            except LamboError as exc:
+                return ToolResult.error(exc.render()).to_json()
+            args = {k: v for k, v in arguments.items() if k != "scope"}
+            try:
+                if target is None or target == self.name:
+                    result = await self._own(tool, args, scoped=target is not None)
+                else:
+                    result = await self._in_layer(self.layers[target], tool, args)
+            except LamboError as exc:
+                return ToolResult.error(exc.render()).to_json()
+        if not result.get("isError"):
+            await self._piggyback(arguments, result)
+        return result
+
+    # -- the session itself -------------------------------------------------------------
+    async def _own(self, tool: str, args: dict[str, Any], *, scoped: bool) -> dict[str, Any]:
+        service = self.service
+        if tool == "lambo_recall":
+            if scoped:  # the session alone, its hits still naming it
+                result = (await service.call(tool, args, piggyback=False)).to_json()
+                return _with_session(result, self.name)
+            return await self._merged_recall(args)
+        if tool in WRITE_TOOLS:
+            foreign = await self._held_by_layers(tool, args)
+            return (await service.write(tool, args, foreign=foreign)).to_json()
+        return (await service.call(tool, args, piggyback=False)).to_json()
+
+    async def _held_by_layers(self, tool: str, args: dict[str, Any]) -> dict[str, str]:
+        """Which of this write's references a layer holds (so that one matching nothing
+        here is refused as cross-session rather than as unknown)."""
+        refs = references_of(tool, args)
+        if not refs:
+            return {}
+        held: dict[str, str] = {}
+        for name in self.order:
+            try:
+                answer = await self.layers[name].call(LAYER_RESOLVE, {"refs": refs}, probe=True)
+            except LayerUnavailable:
+                continue  # a layer not serving holds nothing this call can see
+            for ref in _structured(answer).get("found", []):
+                held.setdefault(ref, name)
+        return held
+
+    async def _merged_recall(self, args: dict[str, Any]) -> dict[str, Any]:
+        own: RecallParts | None = None
+        own_error: dict[str, Any] | None = None
+        layer_parts: dict[str, RecallParts | None] = {}
+
+        async def read_own() -> None:
+            nonlocal own, own_error
+            try:
+                own = await self.service.recall_parts(args)
+            except LamboError as exc:
+                own_error = ToolResult.error(exc.render()).to_json()
+
+        async def read_layer(name: str) -> None:
+            layer_parts[name] = await self._layer_parts(name, args)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(read_own)
+            for name in self.order:
+                group.start_soon(read_layer, name)
+        if own_error is not None:
+            return own_error
+        assert own is not None
+        merged = merge_recall(
+            self.name,
+            own,
+            [(name, layer_parts.get(name)) for name in self.order],
+            floors=self.floors,
+        )
+        return ToolResult(texts=[merged.context], structured=merged.structured()).to_json()
+
+    async def _layer_parts(self, name: str, args: dict[str, Any]) -> RecallParts | None:
+        try:
+            answer = await self.layers[name].call(LAYER_RECALL, {"arguments": args}, probe=True)
+        except LayerUnavailable:
+            return None
+        if answer.get("isError"):  # the layer refused what the session accepted
+            log.warning("layer %s refused a merged recall: %s", name, _first_text(answer))
+            return None
+        return RecallParts.from_json(_structured(answer))
+
+    # -- a layer ----------------------------------------------------------------------
+    async def _in_layer(
+        self, handle: LayerHandle, tool: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        if tool in WRITE_TOOLS:
+            return await self._write_layer(handle, tool, args)
+        try:
+            result = await handle.call(LAYER_CALL, {"tool": tool, "arguments": args})
+        except LayerUnavailable as exc:
+            raise not_serving(handle.name, self.name, exc.state) from None
+        if tool == "lambo_recall" and not result.get("isError"):
+            result = _with_session(result, handle.name)
+            structured = result.get("structuredContent")
+            if isinstance(structured, dict):
+                structured.setdefault("warnings", []).append(layer_hit_warning(handle.name))
+        return result
+
+    async def _write_layer(
+        self, handle: LayerHandle, tool: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        session = self.service.session
+
+        def ours() -> dict[str, str]:
+            refs = references_of(tool, args)
+            if not refs:
+                return {}
+            with session.index.lock:
+                found = resolve_refs(session.index.graph, refs)
+            return dict.fromkeys(found, self.name)
+
+        foreign = await anyio.to_thread.run_sync(ours)
+        serving = handle.state == "serving"
+        try:
+            result = await handle.call(
+                LAYER_WRITE, {"tool": tool, "arguments": args, "via": self.name, "foreign": foreign}
+            )
+        except LayerUnavailable as exc:
+            if exc.may_have_acted:
+                return tool_error(HUB_SILENT_TEXT.format(secs=handle.serve.hub.forward_timeout_s))
+            if serving:
+                raise stopped_during_call(handle.name, self.name) from None
+            raise not_serving(handle.name, self.name, exc.state) from None
+        agent = args.get("agent_id")
+        if not result.get("isError") and isinstance(agent, str):
+            self._written.add((handle.name, agent))
+            if handle.state != "serving":  # it closed cleanly after admitting the write
+                _warn(result, closed_after_admission(handle.name, _receipt_of(result)))
+        return result
+
+    # -- receipts ---------------------------------------------------------------------
+    async def _piggyback(self, arguments: Mapping[str, Any], result: dict[str, Any]) -> None:
+        """At most 8 settled receipts across the session and its layers, each with
+        receipts waiting getting at least one; the rest wait for the next response."""
+        agent = arguments.get("agent_id")
+        if not isinstance(agent, str):
+            return
+        own_receipt = _receipt_of(result)
+        book = self.service.session.receipts
+        waiting = {self.name: book.waiting(agent, self.name)}
+        for name in self.order:
+            if (name, agent) in self._written:
+                answer = await self._receipts(name, agent, 0, own_receipt)
+                waiting[name] = int(answer.get("waiting", 0)) if answer else 0
+        shares = fair_shares(waiting, PIGGYBACK_MAX)
+        lines: list[str] = []
+        entries: list[dict[str, Any]] = []
+        if shares.get(self.name):
+            views = book.take_piggyback(agent, self.name, shares[self.name], exclude=own_receipt)
+            lines.extend(render_line(v) for v in views)
+            entries.extend(to_structured(v) for v in views)
+        for name in self.order:
+            if shares.get(name):
+                answer = await self._receipts(name, agent, shares[name], own_receipt)
+                for item in (answer or {}).get("receipts", []):
+                    lines.append(str(item["line"]))
+                    entries.append(dict(item["receipt"]))
+        if not lines:
+            return
+        result.setdefault("content", []).append(
+            {"type": "text", "text": "\n".join(["write receipts:", *lines])}
+        )
+        structured = result.get("structuredContent")
+        if isinstance(structured, dict):
+            structured["write_receipts"] = entries
+
+    async def _receipts(
+        self, layer: str, agent: str, limit: int, exclude: str | None
+    ) -> dict[str, Any] | None:
+        args: dict[str, Any] = {"agent_id": agent, "via": self.name, "limit": limit}
+        if exclude is not None:
+            args["exclude"] = exclude
+        try:
+            return _structured(await self.layers[layer].call(LAYER_RECEIPTS, args, probe=True))
+        except LayerUnavailable:
+            return None
+
+    async def _stats(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """lambo_stats: a receipt of a write sent into a layer is answered from that layer's
+        book; one no serving book knows, while a layer is down, is pending."""
+        service = self.service
+        receipt, agent = arguments.get("receipt"), arguments.get("agent_id")
+        if (
+            not isinstance(receipt, str)
+            or not isinstance(agent, str)
+            or service.session.receipts.issued_here(receipt)
+        ):
+            return (await service.call("lambo_stats", arguments, piggyback=False)).to_json()
+        down: list[str] = []
+        for name in self.order:
+            ask = {"agent_id": agent, "via": self.name, "receipt": receipt}
+            if "wait_ms" in arguments:
+                ask["wait_ms"] = arguments["wait_ms"]
+            try:
+                answer = _structured(await self.layers[name].call(LAYER_RECEIPT, ask, probe=True))
+            except LayerUnavailable:
+                down.append(name)
+                continue
+            if answer.get("receipt"):
+                return await self._stats_with(arguments, answer["receipt"])
+        result = (await service.call("lambo_stats", arguments, piggyback=False)).to_json()
+        structured = result.get("structuredContent") or {}
+        unknown = (structured.get("receipt") or {}).get("state") == "restart_lost"
+        if down and unknown:
+            view = layer_down_view(receipt, down[0])
+            return await self._stats_with(
+                arguments, {"line": render_line(view), "receipt": to_structured(view)}
+            )
+        return result
+
+    async def _stats_with(self, arguments: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
+        """The session's stats with a receipt another book answered in front."""
+        rest = {k: v for k, v in arguments.items() if k not in ("receipt", "wait_ms")}
+        result = (await self.service.call("lambo_stats", rest, piggyback=False)).to_json()
+        if result.get("isError"):
+            return result
+        content = result["content"]
+        content[0]["text"] = f"{found['line']}\n{content[0]['text']}"
+        result["structuredContent"]["receipt"] = dict(found["receipt"])
+        return result
+
+
+def _structured(answer: dict[str, Any]) -> dict[str, Any]:
+    structured = answer.get("structuredContent")
+    return structured if isinstance(structured, dict) else {}
+
+
+def _first_text(answer: dict[str, Any]) -> str:
+    content = answer.get("content") or [{}]
+    return str(content[0].get("text", ""))
+
+
+def _receipt_of(result: dict[str, Any]) -> str | None:
+    receipt = _structured(result).get("receipt")
+    return receipt if isinstance(receipt, str) else None
+
+
+def _warn(result: dict[str, Any], line: str) -> None:
+    content = result.get("content") or []
+    if content:
+        content[0]["text"] = f"{content[0]['text']}\nwarning: {line}"
+    structured = result.get("structuredContent")
+    if isinstance(structured, dict):
+        structured.setdefault("warnings", []).append(line)
+
+
+def _with_session(result: dict[str, Any], session: str) -> dict[str, Any]:
+    """Every hit of a layered session names the session it is from."""
+    for hit in _structured(result).get("hits", []):
+        if isinstance(hit, dict):
+            hit["session"] = session
+    return result
