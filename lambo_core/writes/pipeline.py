@@ -235,6 +235,7 @@ class WritePipeline:
         session = self.session
         via = None if via == session.name else via
         destination = via or session.name
+        layer = session.name if via is not None else None  # what the ack names
         with self._admit_lock:
             self._refuse_if_fenced()
             with session.index.lock:
@@ -243,7 +244,7 @@ class WritePipeline:
             if receipt.state is not ReceiptState.PENDING:
                 # the receipt line says why ("nothing was written: your lane of 64 …")
                 return render_ack(
-                    "this call was not queued", receipt, admitted.agent_id, session=via
+                    "this call was not queued", receipt, admitted.agent_id, session=layer
                 )
             assert receipt.receipt_id is not None
             intent = WriteIntent(
@@ -272,7 +273,7 @@ class WritePipeline:
             self._queue.put(intent)
         warnings = ack_warnings(self.health.note(), session, via, receipt.receipt_id)
         return render_ack(
-            admitted.summary, receipt, admitted.agent_id, session=via, warnings=warnings
+            admitted.summary, receipt, admitted.agent_id, session=layer, warnings=warnings
         )
 
     def _admit(self, tool: str, args: object, cross: CrossSession | None) -> Admitted:
