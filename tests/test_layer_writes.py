@@ -201,6 +201,11 @@ def test_after_a_restart_the_layer_receipt_answers_only_through_its_destination(
             assert book.lookup(rid, "agent-a", "other").state is S.FORBIDDEN
         contents = sorted(c.content for c in nxt.session.store.concepts("general"))
         assert contents == ["prefers tabs", "prefers vim"]
+        # The project shares the store: its own book, asked by the project, reads the
+        # layer's intent too (a serve routes an id no serving book issued there).
+        project = Session.open(nxt.session.store, "lambo", PLAN)
+        rid = applied.structured["receipt"]
+        assert project.receipts.lookup(rid, "agent-a", "lambo").state is S.APPLIED_AFTER_RESTART
     finally:
         nxt.close()
         nxt.session.store.close()
