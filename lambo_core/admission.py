@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .args import check_arguments, check_list, check_scope, require
 from .call_names import NEW_PREFIX, CallNames, Named, refuse_case_variants
+from .cross_refs import CrossSession, check_action_entry, check_reference
 from .errors import ParameterError, StoreError
 from .index.graph import SessionGraph
 from .model import ConceptType, EdgeType
@@ -115,7 +116,14 @@ def _ref_strings(field: str, value: object, cap: int) -> list[str]:
     return [check_string(f"{field}[{i}]", entry) for i, entry in enumerate(entries)]
 
 
-def _resolved(field: str, ref: str, graph: SessionGraph, names: CallNames) -> dict[str, str]:
+def _resolved(
+    field: str,
+    ref: str,
+    graph: SessionGraph,
+    names: CallNames,
+    cross: CrossSession | None = None,
+    what: Literal["citations", "contradictions"] = "citations",
+) -> dict[str, str]:
     """A depends_on / against reference fixed to one session concept.
 
     Read as ``references`` reads it, with the call's own texts in view: a reference
@@ -133,6 +141,7 @@ def _resolved(field: str, ref: str, graph: SessionGraph, names: CallNames) -> di
         if mine and match.concepts:
             theirs = [Named(c.id, c.content) for c in match.concepts]
             raise refuse_case_variants(field, ref, theirs + mine, ids_accepted=True)
+    check_reference(field, ref, match, cross, what=what)
     concept = resolve_reference(field, ref, graph)
     return {"ref": ref, "node_id": concept.id}
 
@@ -157,14 +166,25 @@ def _named_or_new(field: str, text: str, names: CallNames) -> str:
 # --- lambo_derive ----------------------------------------------------------------
 
 
-def admit_derive(args: object, *, session: str, graph: SessionGraph, embeds: bool) -> Admitted:
+def admit_derive(
+    args: object,
+    *,
+    session: str,
+    graph: SessionGraph,
+    embeds: bool,
+    layer: str | None = None,
+    cross: CrossSession | None = None,
+) -> Admitted:
     """Validate and resolve a lambo_derive call.
 
     ``embeds`` is true when the session's concepts are embedded (a store with
     vector search under match_strategy hybrid): then every concept and every
     parent_of end must fit the embedding-text limit once framed with the
-    call's text.
+    call's text. ``layer`` is this session's name when it is a shared layer (accepted
+    here; the relative-path refusal it enables is repo_scope's work). ``cross`` holds the
+    other sessions' references (``cross_refs``).
     """
+    del layer  # accepted for the layered serve; not read yet
     call = check_arguments("lambo_derive", args, DERIVE_ARGS)
     agent_id = check_agent_id(require(call, "agent_id"))
     raw_concepts = check_list(
@@ -238,7 +258,7 @@ def admit_derive(args: object, *, session: str, graph: SessionGraph, embeds: boo
     names = CallNames(graph)
     for concept in concepts:
         _place(concept["content"], names)
-    _resolve_derive_references(concepts, graph, names)
+    _resolve_derive_references(concepts, graph, names, cross)
     _check_hierarchy(pairs, names, graph)
 
     n = len(concepts)
@@ -290,7 +310,10 @@ def _check_embedding_text(concepts: list[dict[str, Any]], pairs: list[dict[str, 
 
 
 def _resolve_derive_references(
-    concepts: list[dict[str, Any]], graph: SessionGraph, names: CallNames
+    concepts: list[dict[str, Any]],
+    graph: SessionGraph,
+    names: CallNames,
+    cross: CrossSession | None = None,
 ) -> None:
     """Fix every depends_on / against to one node id, refusing the spec's cases."""
     dependency_pairs: list[tuple[str, str]] = []
@@ -302,7 +325,7 @@ def _resolve_derive_references(
         cited: list[dict[str, str]] = []
         for j, ref in enumerate(concept["depends_on"]):
             field = f"concepts[{i}].depends_on[{j}]"
-            resolved = _resolved(field, ref, graph, names)
+            resolved = _resolved(field, ref, graph, names, cross)
             if resolved["node_id"] in self_ids:
                 raise refuse_self_reference(field, ref)
             cited.append(resolved)
@@ -312,7 +335,7 @@ def _resolve_derive_references(
         cited_ids = {c["node_id"] for c in cited}
         for j, ref in enumerate(concept["against"]):
             field = f"concepts[{i}].against[{j}]"
-            resolved = _resolved(field, ref, graph, names)
+            resolved = _resolved(field, ref, graph, names, cross, "contradictions")
             if resolved["node_id"] in self_ids:
                 raise refuse_self_reference(field, ref)
             if resolved["node_id"] in cited_ids:
@@ -362,8 +385,17 @@ def _check_hierarchy(pairs: list[dict[str, str]], names: CallNames, graph: Sessi
 # --- lambo_record_action ---------------------------------------------------------
 
 
-def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted:
-    """Validate and resolve a lambo_record_action call."""
+def admit_action(
+    args: object,
+    *,
+    session: str,
+    graph: SessionGraph,
+    layer: str | None = None,
+    cross: CrossSession | None = None,
+) -> Admitted:
+    """Validate and resolve a lambo_record_action call (``layer``, ``cross``: as
+    ``admit_derive``'s)."""
+    del layer  # accepted for the layered serve; not read yet
     call = check_arguments("lambo_record_action", args, ACTION_ARGS)
     agent_id = check_agent_id(require(call, "agent_id"))
     action = check_string("action", require(call, "action"))
@@ -399,14 +431,14 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
             pairs.append((me, _named_or_new(f"{field}[{i}]", text, names)))
     depends: list[dict[str, Any]] = []
     for i, ref in enumerate(targets["depends_on"]):
-        dependency, node_id = _action_dependency(f"depends_on[{i}]", ref, graph, names)
+        dependency, node_id = _action_dependency(f"depends_on[{i}]", ref, graph, names, cross)
         depends.append(dependency)
         pairs.append((me, node_id))
     depends_ids = {d["node_id"] for d in depends if d.get("node_id")}
     against: list[dict[str, str]] = []
     for i, ref in enumerate(against_refs):
         field = f"against[{i}]"
-        resolved = _resolved(field, ref, graph, names)
+        resolved = _resolved(field, ref, graph, names, cross, "contradictions")
         if resolved["node_id"] in action_ids:
             raise refuse(field, ref, "names the action itself")
         if resolved["node_id"] in depends_ids:
@@ -436,7 +468,7 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
 
 
 def _action_dependency(
-    field: str, ref: str, graph: SessionGraph, names: CallNames
+    field: str, ref: str, graph: SessionGraph, names: CallNames, cross: CrossSession | None
 ) -> tuple[dict[str, Any], str]:
     """A record_action depends_on entry, and the node id (or placeholder) it lands on.
 
@@ -464,4 +496,5 @@ def _action_dependency(
         raise refuse_several(field, ref, match.concepts, full_ids=True)
     if match.form == "short_id" and match.concepts:
         return {"ref": ref, "node_id": match.concepts[0].id, "key": key}, match.concepts[0].id
+    check_action_entry(field, ref, cross)  # names nothing here: another session's?
     return new, _place(ref, names)

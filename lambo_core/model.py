@@ -152,6 +152,9 @@ class SessionRecord:
     last_gc_at: float | None = None
     last_gc_epoch: int = 0
     mutation_count: int = 0
+    # Attached as a shared layer (such as general) at least once: its writes then refuse
+    # bare relative paths, wherever they arrive (spec: lambo_derive, "Writing to a layer").
+    shared_layer: bool = False
 
 
 class IntentState(enum.Enum):
@@ -176,6 +179,16 @@ class WriteIntent:
     state: IntentState = IntentState.PENDING
     settled_at: float | None = None
     outcome: dict[str, Any] | None = None
+    # The session the write was submitted through, whose responses carry its receipt: this
+    # session, or a project that wrote into this layer with scope. None only on a row an
+    # older build wrote, which recorded no destination.
+    via: str | None = None
+
+    @property
+    def destination(self) -> str:
+        """Who may ask for its receipt: the recorded ``via``, else (a row from before
+        layers existed, when every write came through its own session) the session."""
+        return self.via if self.via is not None else self.session
 
 
 @dataclass

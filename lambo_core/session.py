@@ -104,6 +104,7 @@ class Session:
         clock: Clock,
         *,
         relabel: bool,
+        shared_layer: bool = False,
     ) -> None:
         self.name = name
         self.store = store
@@ -112,6 +113,9 @@ class Session:
         self.receipts = receipts
         self.clock = clock
         self._relabel = relabel
+        # A shared layer (read at open, set by mark_shared_layer): its writes refuse bare
+        # relative paths, since every project reads the same text as a different file.
+        self.shared_layer = shared_layer
         self._stamp_lock = threading.Lock()
         # Recall hits not yet written behind (the writer thread drains them).
         self.access_counts = AccessCounts()
@@ -160,7 +164,15 @@ class Session:
             receipts or ReceiptBook(clock, foreign_lookup=intent_answer(store)),
             clock,
             relabel=relabel,
+            shared_layer=record.shared_layer,
         )
+
+    def mark_shared_layer(self) -> None:
+        """Record in the store that this session is attached as a shared layer (a serve
+        attaching it calls this); from now on every serve of it treats it as one."""
+        if not self.shared_layer:
+            self.store.mark_shared_layer(self.name)
+            self.shared_layer = True
 
     # -- the embedding contract ---------------------------------------------------------
     @property

@@ -8,6 +8,7 @@ Design notes: docs/design.md, write receipts.
 
 from .book import ReceiptBook
 from .intents import intent_answer
+from .layered import PiggybackSource, fair_piggyback, fair_shares, layer_down_view
 from .render import render_line, render_piggyback, to_structured
 from .states import (
     BOUND,
@@ -35,13 +36,17 @@ __all__ = [
     "RETAIN_SECONDS",
     "SERVER_WAIT_BOUND",
     "ForeignLookup",
+    "PiggybackSource",
     "Receipt",
     "ReceiptBook",
     "ReceiptState",
     "ReceiptStats",
     "ReceiptView",
     "clamp_wait_ms",
+    "fair_piggyback",
+    "fair_shares",
     "intent_answer",
+    "layer_down_view",
     "parse_receipt_id",
     "render_line",
     "render_piggyback",

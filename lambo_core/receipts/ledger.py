@@ -38,6 +38,7 @@ from .states import (
     ReceiptStats,
     ReceiptView,
     not_ours,
+    parse_receipt_id,
 )
 from .waits import WaitSlots
 
@@ -110,6 +111,12 @@ class ReceiptLedger:
 
     def _is_ours(self, parsed: tuple[str, str, int]) -> bool:
         return parsed[0] == self._nonce and parsed[1] == self._start_hex
+
+    def issued_here(self, receipt_id: str) -> bool:
+        """Whether this book issued the id (its nonce and start): where a serve holding
+        several sessions' books routes a lookup. Says nothing of who may read it."""
+        parsed = parse_receipt_id(receipt_id)
+        return parsed is not None and self._is_ours(parsed)
 
     # --------------------------------------------------------------- admit
 
@@ -336,6 +343,14 @@ class ReceiptLedger:
             if queue is not None:
                 self._trim_piggyback_locked(key)
         return out
+
+    def waiting(self, agent_id: str, session: str, *, exclude: str | None = None) -> int:
+        """How many settled receipts ``take_piggyback(agent_id, session)`` would hand out
+        with no limit (``exclude`` not counted): what a fair share across books is cut from."""
+        with self._lock:
+            self._evict_locked()
+            queue = self._piggyback.get((agent_id, session), ())
+            return len({rid for rid in queue if rid != exclude and self._deliverable_locked(rid)})
 
     def stats(self) -> ReceiptStats:
         with self._lock:

@@ -125,6 +125,10 @@ class Store(Protocol):
 
     def stamp_contract(self, name: str, contract: dict[str, Any]) -> None: ...
 
+    def mark_shared_layer(self, name: str) -> None:
+        """Record that ``name`` is attached as a shared layer (never cleared)."""
+        ...
+
     def set_gc_clock(self, name: str, last_gc_at: float | None, last_gc_epoch: int) -> None: ...
 
     # -- graph ---------------------------------------------------------------

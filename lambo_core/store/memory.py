@@ -155,6 +155,12 @@ class MemoryStore:
             self._check_fence(name)
             self._session(name).contract_json = text
 
+    def mark_shared_layer(self, name: str) -> None:
+        with self._lock:
+            self._check_fence(name)
+            state = self._session(name)
+            state.record = replace(state.record, shared_layer=True)
+
     def set_gc_clock(self, name: str, last_gc_at: float | None, last_gc_epoch: int) -> None:
         with self._lock:
             self._check_fence(name)

@@ -222,6 +222,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("UPDATE concepts SET canonical_key = lambo_canonical_key(content)",),
         functions=(("lambo_canonical_key", canonical_key),),
     ),
+    # NULL on the rows already there: they were written before a write could reach a
+    # session through another one (a layer), so they came through their own session.
+    Migration(
+        6,
+        "write_intents.via: the session a write was submitted through, which alone is "
+        "told its receipt (a write into a layer is submitted through the project)",
+        ("ALTER TABLE write_intents ADD COLUMN via TEXT",),
+    ),
+    Migration(
+        7,
+        "sessions.shared_layer: set once a serve attaches the session as a shared layer, "
+        "so every serve of it refuses bare relative paths in its writes",
+        ("ALTER TABLE sessions ADD COLUMN shared_layer INTEGER NOT NULL DEFAULT 0",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -140,6 +140,12 @@ class SqliteStore:
             if cur.rowcount != 1:
                 raise refused(f"no session {name!r}")
 
+    def mark_shared_layer(self, name: str) -> None:
+        with self._db.write(name) as conn:
+            cur = conn.execute("UPDATE sessions SET shared_layer = 1 WHERE name = ?", (name,))
+            if cur.rowcount != 1:
+                raise refused(f"no session {name!r}")
+
     def set_gc_clock(self, name: str, last_gc_at: float | None, last_gc_epoch: int) -> None:
         with self._db.write(name) as conn:
             cur = conn.execute(
@@ -297,9 +303,9 @@ class SqliteStore:
         with self._db.write(intent.session) as conn:
             cur = conn.execute(
                 "INSERT INTO write_intents(receipt_id, session, agent_id, tool, payload, "
-                "created_at, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "created_at, state, via) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (intent.receipt_id, intent.session, intent.agent_id, intent.tool, payload,
-                 intent.created_at, IntentState.PENDING.value),
+                 intent.created_at, IntentState.PENDING.value, intent.via),
             )  # fmt: skip
             seq = cur.lastrowid
         assert seq is not None

@@ -32,10 +32,12 @@ EDGE_COLUMNS = (
     "session, src, dst, edge_type, weight, interaction_id, agent_id, created_at, about_time"
 )
 INTENT_COLUMNS = (
-    "receipt_id, session, agent_id, tool, payload, created_at, seq, state, settled_at, outcome"
+    "receipt_id, session, agent_id, tool, payload, created_at, seq, state, settled_at, outcome, via"
 )
 LEASE_COLUMNS = "session, holder, pid, agent, acquired_at, heartbeat_at, expires_at, token, socket"
-SESSION_COLUMNS = "name, created_at, embedding_contract, last_gc_at, last_gc_epoch, mutation_count"
+SESSION_COLUMNS = (
+    "name, created_at, embedding_contract, last_gc_at, last_gc_epoch, mutation_count, shared_layer"
+)
 
 
 def session_from(row: tuple[Any, ...]) -> SessionRecord:
@@ -46,6 +48,7 @@ def session_from(row: tuple[Any, ...]) -> SessionRecord:
         last_gc_at=row[3],
         last_gc_epoch=row[4],
         mutation_count=row[5],
+        shared_layer=bool(row[6]),
     )
 
 
@@ -114,6 +117,7 @@ def intent_from(row: tuple[Any, ...]) -> WriteIntent:
         state=IntentState(row[7]),
         settled_at=row[8],
         outcome=json.loads(row[9]) if row[9] is not None else None,
+        via=row[10],
     )
 
 

@@ -8,6 +8,7 @@ report of a write carrying against. The durable intent keeps only the summary an
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,11 @@ from ..session import Session
 from .builder import CANDIDATE_BYTES, Plan
 
 log = logging.getLogger(__name__)
+
+# The ack's last line for a write into a layer (spec L305, verbatim).
+LAYER_ACK_LINE = (
+    "written to session '{session}'; writes to different sessions have no ordering between them"
+)
 
 _CANDIDATES_CLAUSE = (
     "; {n} replacement candidate(s): existing concepts this write may replace "
@@ -38,24 +44,47 @@ class Ack:
     structured: dict[str, Any]
 
 
-def render_ack(summary: str, receipt: ReceiptView, agent_id: str) -> Ack:
+def render_ack(
+    summary: str,
+    receipt: ReceiptView,
+    agent_id: str,
+    *,
+    session: str | None = None,
+    warnings: Sequence[str] = (),
+) -> Ack:
+    """The ack; ``session`` names the layer a write submitted through another session went
+    to (spec L305: its extra line, last, and ``session`` in structuredContent), None for a
+    write to the session addressed, whose ack is unchanged (L307)."""
     rid = receipt.receipt_id or ""
     lines = [summary, render_line(receipt)]
-    if receipt.state is ReceiptState.PENDING:
+    queued = receipt.state is ReceiptState.PENDING
+    if queued:
         lines.append(
             "The outcome arrives on your next tool response. To wait for it, call lambo_stats "
             f"with receipt={rid} (add wait_ms to block)."
         )
     lines.append(f'Recorded under agent_id "{agent_id}"; send this same id on every call.')
-    return Ack(
-        text="\n".join(lines),
-        structured={
-            "summary": summary,
-            "receipt": rid,
-            "receipt_state": receipt.state.value,
-            "agent_id": agent_id,
-            "warnings": [],
-        },
+    lines.extend(f"warning: {w}" for w in warnings)
+    structured: dict[str, Any] = {
+        "summary": summary,
+        "receipt": rid,
+        "receipt_state": receipt.state.value,
+        "agent_id": agent_id,
+        "warnings": list(warnings),
+    }
+    if session is not None:
+        structured["session"] = session
+        if queued:  # a dropped write was written nowhere: its receipt line says so
+            lines.append(LAYER_ACK_LINE.format(session=session))
+    return Ack(text="\n".join(lines), structured=structured)
+
+
+def layer_closed_warning(layer: str, receipt_id: str) -> str:
+    """The layer began closing once this write was admitted: it is still applied (or kept
+    for the layer's next holder to replay), so sending it again would write it twice."""
+    return (
+        f"layer {layer} closed after this write was admitted; it will still be applied: "
+        f"do not send it again, ask lambo_stats with receipt={receipt_id}"
     )
 
 

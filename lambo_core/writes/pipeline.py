@@ -12,12 +12,13 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..admission import NOTHING_WRITTEN, admit_action, admit_derive
+from ..admission import NOTHING_WRITTEN, Admitted, admit_action, admit_derive
 from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
+from ..cross_refs import CrossSession
 from ..errors import LamboError, StoreError, internal_fault
 from ..health import StoreHealth
 from ..model import IntentState, WriteBatch, WriteIntent
@@ -28,6 +29,7 @@ from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .builder import plan_write
 from .embedding import WriteEmbedding
 from .faults import KEPT_FOR_REPLAY, STORE_REFUSED_WRITE, HandedOn, NotPending, TransientFailure
+from .layer_writes import ack_warnings
 from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
 from .stop_report import StopReport
 from .write_behind import ACCESS_FLUSH_INTERVAL_S, AccessCountFlush
@@ -216,25 +218,34 @@ class WritePipeline:
         return True
 
     # -- admission -------------------------------------------------------------------------
-    def submit(self, tool: str, args: object) -> Ack:
-        """Admit one lambo_derive / lambo_record_action call and ack it."""
+    def submit(
+        self,
+        tool: str,
+        args: object,
+        *,
+        via: str | None = None,
+        foreign: Mapping[str, str] | None = None,
+    ) -> Ack:
+        """Admit one lambo_derive / lambo_record_action call and ack it.
+
+        ``via`` names the session a write into this one (a layer) was submitted through:
+        its receipt is that session's to be told (``writes.layer_writes``). ``foreign``
+        maps a reference to the other session that holds it (``writes.cross_session``).
+        """
         session = self.session
+        via = None if via == session.name else via
+        destination = via or session.name
+        layer = session.name if via is not None else None  # what the ack names
         with self._admit_lock:
             self._refuse_if_fenced()
             with session.index.lock:
-                graph = session.index.graph
-                if tool == "lambo_derive":
-                    admitted = admit_derive(
-                        args, session=session.name, graph=graph, embeds=session.embeds
-                    )
-                elif tool == "lambo_record_action":
-                    admitted = admit_action(args, session=session.name, graph=graph)
-                else:  # pragma: no cover - the service routes only write tools here
-                    raise ValueError(f"not a write tool: {tool}")
-            receipt = session.receipts.issue(admitted.agent_id, session.name, tool)
+                admitted = self._admit(tool, args, CrossSession.of(foreign, via))
+            receipt = session.receipts.issue(admitted.agent_id, destination, tool)
             if receipt.state is not ReceiptState.PENDING:
                 # the receipt line says why ("nothing was written: your lane of 64 …")
-                return render_ack("this call was not queued", receipt, admitted.agent_id)
+                return render_ack(
+                    "this call was not queued", receipt, admitted.agent_id, session=layer
+                )
             assert receipt.receipt_id is not None
             intent = WriteIntent(
                 receipt_id=receipt.receipt_id,
@@ -243,6 +254,7 @@ class WritePipeline:
                 tool=tool,
                 payload=admitted.payload,
                 created_at=session.clock.now(),
+                via=destination,
             )
             try:
                 intent = session.store.add_intent(intent)
@@ -259,12 +271,28 @@ class WritePipeline:
             with self._lock:
                 self._in_flight += 1
             self._queue.put(intent)
-        ack = render_ack(admitted.summary, receipt, admitted.agent_id)
-        note = self.health.note()
-        if note is not None:  # admitted, but the store has been refusing this session's writes
-            ack.text += f"\nwarning: {note}"
-            ack.structured["warnings"].append(note)
-        return ack
+        warnings = ack_warnings(self.health.note(), session, via, receipt.receipt_id)
+        return render_ack(
+            admitted.summary, receipt, admitted.agent_id, session=layer, warnings=warnings
+        )
+
+    def _admit(self, tool: str, args: object, cross: CrossSession | None) -> Admitted:
+        """Admission against the graph (the caller holds its lock)."""
+        session = self.session
+        graph = session.index.graph
+        layer = session.name if session.shared_layer else None
+        if tool == "lambo_derive":
+            return admit_derive(
+                args,
+                session=session.name,
+                graph=graph,
+                embeds=session.embeds,
+                layer=layer,
+                cross=cross,
+            )
+        if tool == "lambo_record_action":
+            return admit_action(args, session=session.name, graph=graph, layer=layer, cross=cross)
+        raise ValueError(f"not a write tool: {tool}")  # pragma: no cover - service routes
 
     # -- the lease -------------------------------------------------------------------------
     @property
@@ -497,7 +525,7 @@ class WritePipeline:
                 self.failed += 1
         if replay and keep_intent:
             session.receipts.replay_failed(
-                intent.receipt_id, intent.agent_id, intent.session, detail
+                intent.receipt_id, intent.agent_id, intent.destination, detail
             )
         session.receipts.settle(intent.receipt_id, ReceiptState.FAILED, detail, {})
 
