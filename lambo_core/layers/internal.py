@@ -120,7 +120,7 @@ async def _structured(
         exclude = exclude if isinstance(exclude, str) else None
         views = book.take_piggyback(agent, via, limit, exclude=exclude) if limit else []
         return {
-            "waiting": book.waiting(agent, via),
+            "waiting": book.waiting(agent, via, exclude=exclude),
             "receipts": [{"line": render_line(v), "receipt": to_structured(v)} for v in views],
         }
     if tool == LAYER_RECEIPT:

@@ -26,7 +26,7 @@ from ..recall.merge import merge_recall
 from ..recall.parts import RecallParts
 from ..service import ToolResult
 from ..writes.cross_session import references_of, resolve_refs
-from ..receipts.fair import fair_shares, layer_down_view
+from ..receipts.layered import fair_shares, layer_down_view
 from .handle import LayerHandle, LayerUnavailable
 from .internal import (
     LAYER_CALL,
@@ -88,13 +88,6 @@ def stopped_during_call(layer: str, session: str) -> LamboError:
     return ConflictError(
         f"layer {layer} stopped serving during this call (it closed or lost its lease), so "
         f"nothing was applied to it; retry shortly, or call without scope to act on {session}"
-    )
-
-
-def closed_after_admission(layer: str, receipt: object) -> str:
-    return (
-        f"layer {layer} closed after this write was admitted; it is still applied: do not "
-        f"send it again, ask lambo_stats with receipt {receipt}"
     )
 
 
@@ -259,8 +252,6 @@ class LayeredService:
         agent = args.get("agent_id")
         if not result.get("isError") and isinstance(agent, str):
             self._written.add((handle.name, agent))
-            if handle.state != "serving":  # it closed cleanly after admitting the write
-                _warn(result, closed_after_admission(handle.name, _receipt_of(result)))
         return result
 
     # -- receipts ---------------------------------------------------------------------
@@ -272,24 +263,27 @@ class LayeredService:
             return
         own_receipt = _receipt_of(result)
         book = self.service.session.receipts
-        waiting = {self.name: book.waiting(agent, self.name)}
+        sources = [self.name]
+        waiting = [book.waiting(agent, self.name, exclude=own_receipt)]
         for name in self.order:
             if (name, agent) in self._written:
                 answer = await self._receipts(name, agent, 0, own_receipt)
-                waiting[name] = int(answer.get("waiting", 0)) if answer else 0
-        shares = fair_shares(waiting, PIGGYBACK_MAX)
+                sources.append(name)
+                waiting.append(int(answer.get("waiting", 0)) if answer else 0)
         lines: list[str] = []
         entries: list[dict[str, Any]] = []
-        if shares.get(self.name):
-            views = book.take_piggyback(agent, self.name, shares[self.name], exclude=own_receipt)
-            lines.extend(render_line(v) for v in views)
-            entries.extend(to_structured(v) for v in views)
-        for name in self.order:
-            if shares.get(name):
-                answer = await self._receipts(name, agent, shares[name], own_receipt)
-                for item in (answer or {}).get("receipts", []):
-                    lines.append(str(item["line"]))
-                    entries.append(dict(item["receipt"]))
+        for name, share in zip(sources, fair_shares(waiting, PIGGYBACK_MAX), strict=True):
+            if not share:
+                continue
+            if name == self.name:
+                views = book.take_piggyback(agent, self.name, share, exclude=own_receipt)
+                lines.extend(render_line(v) for v in views)
+                entries.extend(to_structured(v) for v in views)
+                continue
+            answer = await self._receipts(name, agent, share, own_receipt)
+            for item in (answer or {}).get("receipts", []):
+                lines.append(str(item["line"]))
+                entries.append(dict(item["receipt"]))
         if not lines:
             return
         result.setdefault("content", []).append(
@@ -368,15 +362,6 @@ def _first_text(answer: dict[str, Any]) -> str:
 def _receipt_of(result: dict[str, Any]) -> str | None:
     receipt = _structured(result).get("receipt")
     return receipt if isinstance(receipt, str) else None
-
-
-def _warn(result: dict[str, Any], line: str) -> None:
-    content = result.get("content") or []
-    if content:
-        content[0]["text"] = f"{content[0]['text']}\nwarning: {line}"
-    structured = result.get("structuredContent")
-    if isinstance(structured, dict):
-        structured.setdefault("warnings", []).append(line)
 
 
 def _with_session(result: dict[str, Any], session: str) -> dict[str, Any]:
