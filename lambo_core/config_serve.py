@@ -38,6 +38,14 @@ SERVE_KEYS: tuple[Key, ...] = (
     ),
     Key(
         "serve",
+        "layers",
+        (),
+        "shared sessions of the same store, such as general, that every session this serve "
+        "holds also reads (a merged recall) and can write to with scope; a session listed "
+        "here is served unlayered (--layer replaces the list)",
+    ),
+    Key(
+        "serve",
         "credential",
         (),
         '[[serve.credential]] tables: name, sessions (or ["*"]), and one of token_sha256, '

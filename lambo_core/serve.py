@@ -56,6 +56,9 @@ class ServeOptions:
     session: str
     agent: str = "lambo-serve"
     allow_embedding_mismatch: bool = False
+    #: the shared sessions this session reads beside its own ([serve] layers, --layer);
+    #: empty for an unlayered session, and for a session that is itself a layer
+    layers: tuple[str, ...] = ()
 
 
 def open_service(
