@@ -181,8 +181,7 @@ def admit_derive(args: object, *, session: str, graph: SessionGraph, embeds: boo
             f"concepts and parent_of pairs together number {len(raw_concepts) + len(raw_pairs)}; "
             f"at most {MAX_CONCEPTS_AND_PAIRS} are accepted in one call"
         )
-    if "scope" in call:
-        check_scope(call["scope"], session, writing=True)
+    check_scope(call.get("scope"), session, writing=True)  # null: omitted, as on reads
     _refuse_repo_scope(call)
 
     concepts: list[dict[str, Any]] = []
@@ -384,8 +383,7 @@ def admit_action(args: object, *, session: str, graph: SessionGraph) -> Admitted
         for i, text in enumerate(texts):
             _check_no_image_suffix(f"{field}[{i}]", text)
         targets[field] = texts
-    if "scope" in call:
-        check_scope(call["scope"], session, writing=True)
+    check_scope(call.get("scope"), session, writing=True)  # null: omitted, as on reads
     _refuse_repo_scope(call)
 
     # The call's texts in the order the write applies them: the action, its produces and
