@@ -56,7 +56,7 @@ def test_flags_replace_the_configured_list() -> None:
         (
             ("lambo",),
             (),
-            "--layer names 'lambo', the session this serve holds: a session cannot be its own "
+            "--layer names 'lambo', the session to serve: a session cannot be its own "
             "layer; name the project session with --session and its shared sessions with "
             "--layer",
         ),
@@ -75,7 +75,7 @@ def test_every_served_session_named_as_a_layer_is_refused() -> None:
     with pytest.raises(ConfigError) as info:
         served_layers(("a", "b", "c"), (), ["a", "b"])
     assert info.value.message == (
-        "--layer names every session this serve holds ('a', 'b'): a session cannot be its "
+        "--layer names every session to serve ('a', 'b'): a session cannot be its "
         "own layer; name the project session with --session and its shared sessions with "
         "--layer"
     )
@@ -128,7 +128,7 @@ def test_serve_refuses_a_session_as_its_own_layer(tmp_path: Path, started: list[
     result = serve(tmp_path, "--session", "general", "--layer", "general")
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == (
-        "lambo: configuration error: --layer names 'general', the session this serve holds: "
+        "lambo: configuration error: --layer names 'general', the session to serve: "
         "a session cannot be its own layer; name the project session with --session and its "
         "shared sessions with --layer"
     )

@@ -184,9 +184,9 @@ def served_layers(
     if flags and all(session in names for session in sessions):
         shown = ", ".join(f"'{show_safely(s, 64)}'" for s in sessions)
         which = (
-            f"{shown}, the session this serve holds"
+            f"{shown}, the session to serve"
             if len(sessions) == 1
-            else f"every session this serve holds ({shown})"
+            else f"every session to serve ({shown})"
         )
         raise ConfigError(
             f"--layer names {which}: a session cannot be its own layer; name the project "
