@@ -94,6 +94,7 @@ async def open_client(
     needs_serve: bool = False,
     session_list: str = "lambo session list",
     serve_command: str | None = None,
+    layers: tuple[str, ...] = (),
 ) -> AsyncIterator[Call]:
     """A ``call(tool, arguments) -> CallToolResult JSON`` bound to ``session``.
 
@@ -101,7 +102,8 @@ async def open_client(
     (False) refuses a session the store does not have. ``needs_serve``: the call is
     made only through the serve that holds the session (a lock lives there).
     ``session_list`` and ``serve_command`` are the commands a refusal points to,
-    written by the caller with its own flags.
+    written by the caller with its own flags. ``layers``: the shared sessions the session
+    reads when this command serves it itself (a serve that holds it has its own).
     """
     sqlite = config.store_kind == "sqlite"
     if not creates and not needs_serve and sqlite and not config.store_path.is_file():
@@ -123,7 +125,7 @@ async def open_client(
                 raise _missing(config, session, session_list)
             keeper = _keeper(store, config, session, agent)
             if keeper.try_acquire() is not None:
-                async with _served_locally(store, config, keeper) as call:
+                async with _served_locally(store, config, keeper, layers) as call:
                     yield call
                 return
         finally:
@@ -147,7 +149,7 @@ async def open_client(
         keeper = _keeper(store, config, session, agent)
         if keeper.try_acquire() is None:  # pragma: no cover - a fresh memory store is free
             raise _not_answering(session, keeper.current())
-        async with _served_locally(store, config, keeper) as call:
+        async with _served_locally(store, config, keeper, layers) as call:
             yield call
     finally:
         store.close()
@@ -217,7 +219,9 @@ def _not_answering(session: str, lease: Lease | None) -> ConflictError:
 
 
 @asynccontextmanager
-async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> AsyncIterator[Call]:
+async def _served_locally(
+    store: Store, config: Config, keeper: LeaseKeeper, layers: tuple[str, ...] = ()
+) -> AsyncIterator[Call]:
     """Serve the calls here, under the lease ``keeper`` has just taken: heartbeating it, so
     a command that runs past the lease's TTL keeps it (and is fenced out if it loses it)."""
     session, agent = keeper.session, keeper.agent
@@ -225,7 +229,7 @@ async def _served_locally(store: Store, config: Config, keeper: LeaseKeeper) -> 
     clean = True
     try:
         service = await anyio.to_thread.run_sync(
-            open_service, store, config, ServeOptions(session=session, agent=agent)
+            open_service, store, config, ServeOptions(session=session, agent=agent, layers=layers)
         )
 
         admitted: list[tuple[str, object]] = []  # (receipt, agent_id) of writes made here
