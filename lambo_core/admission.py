@@ -201,8 +201,7 @@ def admit_derive(
             f"concepts and parent_of pairs together number {len(raw_concepts) + len(raw_pairs)}; "
             f"at most {MAX_CONCEPTS_AND_PAIRS} are accepted in one call"
         )
-    if "scope" in call:
-        check_scope(call["scope"], session, writing=True)
+    check_scope(call.get("scope"), session, writing=True)  # null: omitted, as on reads
     _refuse_repo_scope(call)
 
     concepts: list[dict[str, Any]] = []
@@ -416,8 +415,7 @@ def admit_action(
         for i, text in enumerate(texts):
             _check_no_image_suffix(f"{field}[{i}]", text)
         targets[field] = texts
-    if "scope" in call:
-        check_scope(call["scope"], session, writing=True)
+    check_scope(call.get("scope"), session, writing=True)  # null: omitted, as on reads
     _refuse_repo_scope(call)
 
     # The call's texts in the order the write applies them: the action, its produces and

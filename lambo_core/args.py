@@ -11,7 +11,7 @@ is never repeated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .errors import ParameterError
@@ -146,17 +146,50 @@ def check_list(field: str, value: object, max_items: int, *, what: str = "items"
     return value
 
 
-def check_scope(scope: object, session: str, *, writing: bool = False) -> None:
-    """An unlayered session accepts only its own name as ``scope``.
+def check_scope(
+    scope: object, session: str, *, layers: Sequence[str] = (), writing: bool = False
+) -> str | None:
+    """The session ``scope`` names: this one (``session``) or one of its ``layers``; None
+    when it is omitted or null, which means this session on reads and writes alike.
 
-    Writes refuse with the write tools' rule ("must name this session or one of
-    its layers"); reads list the session's scopes. Neither repeats a hostile
-    value raw.
+    Anything else is refused, the empty string too (not the same as omitting it), listing
+    the session's scopes: writes with the write tools' rule ("must name this session or
+    one of its layers"), reads naming the value, which is shown with any surrounding
+    whitespace so that " lambo" does not read as "lambo". A hostile value is never
+    repeated raw.
     """
+    if scope is None:
+        return None
     value = check_string("scope", scope, allow_empty=True)
-    if value == session:
-        return
+    scopes = (session, *layers)
+    if value in scopes:
+        return value
+    listed = ", ".join(scopes)
     if writing:
-        raise ParameterError(f"scope must name this session or one of its layers: {session}")
-    shown = '""' if value == "" else f'"{show_safely(value, 64)}"'
-    raise ParameterError(f"scope {shown} is not a scope of this session; its scopes are: {session}")
+        raise ParameterError(f"scope must name this session or one of its layers: {listed}")
+    raise ParameterError(
+        f"scope {_quoted(value)} is not a scope of this session; its scopes are: {listed}"
+    )
+
+
+def _quoted(value: str) -> str:
+    """``value`` in quotes, made safe by ``show_safely`` but keeping its surrounding
+    whitespace in sight (``show_safely`` would drop it): spaces as they are, anything
+    else escaped, and a long run cut."""
+    core = value.strip()
+    if not core:  # "" or only whitespace
+        return f'"{_visible(value)}"'
+    lead = value[: value.index(core)]
+    trail = value[len(lead) + len(core) :]
+    return f'"{_visible(lead)}{show_safely(core, 64)}{_visible(trail)}"'
+
+
+_END_CAP = 8  # characters of surrounding whitespace shown on each side
+
+
+def _visible(run: str) -> str:
+    shown = "".join(c if c == " " else _ESCAPES.get(c, f"\\u{ord(c):04x}") for c in run[:_END_CAP])
+    return shown + ("…" if len(run) > _END_CAP else "")
+
+
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}

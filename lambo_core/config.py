@@ -16,7 +16,8 @@ from typing import Any
 
 import tomli_w
 
-from .config_schema import KEYS, KEYS_BY_DOTTED, SECTIONS, Value, coerce
+from .config_key import Value
+from .config_schema import KEYS, KEYS_BY_DOTTED, SECTIONS, coerce
 from .credentials import CredentialEntry
 from .errors import ConfigError
 from .paths import Paths, resolve_paths

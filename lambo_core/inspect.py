@@ -93,8 +93,7 @@ def parse_request(session: Session, args: object) -> InspectRequest:
     depth = DEFAULT_DEPTH
     if checked.get("depth") is not None:
         depth = check_int("depth", checked["depth"], *DEPTH_RANGE)
-    if checked.get("scope") is not None:
-        check_scope(checked["scope"], session.name)
+    check_scope(checked.get("scope"), session.name)
     return InspectRequest(agent_id, focus, depth)
 
 

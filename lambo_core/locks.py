@@ -169,9 +169,7 @@ def parse_request(session: Session, args: object) -> ReserveRequest:
     release = False
     if checked.get("release") is not None:
         release = check_bool("release", checked["release"])
-    if checked.get("scope") is not None:
-        # Imported here: recall renders lock conflicts, so it may import this module.
-        check_scope(checked["scope"], session.name)
+    check_scope(checked.get("scope"), session.name)
     return ReserveRequest(agent_id, raw.strip().lower(), ttl, release)
 
 

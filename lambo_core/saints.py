@@ -24,8 +24,7 @@ def run_saints(session: Session, args: Mapping[str, Any]) -> tuple[str, dict[str
     """Answer one lambo_saints call: (text, structuredContent)."""
     checked = check_arguments(TOOL, args, ARGUMENTS)
     check_agent_id(require(checked, "agent_id"))
-    if checked.get("scope") is not None:
-        check_scope(checked["scope"], session.name)
+    check_scope(checked.get("scope"), session.name)
 
     rows: list[tuple[int, float, str, dict[str, Any]]] = []
     with session.index.lock:

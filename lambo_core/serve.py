@@ -386,7 +386,7 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
     caller how the process may exit.
     """
     serve = Serve(config, options)
-    server = build_server(options.session, serve, tool_names)
+    server = build_server(options.session, serve, tool_names, options.layers)
     stop = anyio.Event()
     try:
         # The election is not cancelled when the client leaves: it may be opening the

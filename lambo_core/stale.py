@@ -28,8 +28,7 @@ def run_stale(
     """Answer one lambo_stale call: (text, structuredContent)."""
     checked = check_arguments(TOOL, args, ARGUMENTS)
     check_agent_id(require(checked, "agent_id"))
-    if checked.get("scope") is not None:
-        check_scope(checked["scope"], session.name)
+    check_scope(checked.get("scope"), session.name)
     offset = 0
     if checked.get("offset") is not None:
         offset = check_int("offset", checked["offset"], *OFFSET_RANGE)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
 from .common import Context, pass_ctx, reports_errors, store_to_use
@@ -29,6 +31,13 @@ def provision(ctx: Context, store: str | None) -> None:
     multiple=True,
     help="the session to hold and serve; over HTTP, repeat it to serve several "
     "(also [serve] sessions)",
+)
+@click.option(
+    "--layer",
+    "layers",
+    multiple=True,
+    help="a shared session of the same store (such as general) every served session also "
+    "reads and can write to with scope; repeat it for several (replaces [serve] layers)",
 )
 @click.option(
     "--agent",
@@ -66,6 +75,7 @@ def provision(ctx: Context, store: str | None) -> None:
 def serve(
     ctx: Context,
     sessions: tuple[str, ...],
+    layers: tuple[str, ...],
     agent: str,
     store: str | None,
     transport: str | None,
@@ -80,6 +90,7 @@ def serve(
     Examples, as an MCP client's command, and one HTTP serve for every client:
       lambo serve --session demo
       lambo serve --session demo --session notes --transport http
+      lambo serve --session demo --layer general
     Over HTTP, /mcp serves the first session and /mcp/s/<session> each one.
     """
     from ..serve import ServeOptions, exit_cleanly_until_serving, run_stdio
@@ -98,11 +109,14 @@ def serve(
     config = ctx.config(flags)
     http = config.get("serve.transport") == "http"
     names = served_sessions(sessions, config.get("serve.sessions"), http=http)
+    shared = served_layers(layers, config.get("serve.layers"), names)
     options = [
         ServeOptions(
             session=name,
             agent=check_agent_id(agent),
             allow_embedding_mismatch=allow_embedding_mismatch,
+            layers=layers_of(name, shared),
+            as_layer=name in shared,  # served at its own address, and the others' layer
         )
         for name in names
     ]
@@ -142,3 +156,46 @@ def served_sessions(
                 "so a session name cannot hold '/'"
             )
     return names
+
+
+def served_layers(
+    flags: Sequence[str], configured: Sequence[str], sessions: Sequence[str]
+) -> tuple[str, ...]:
+    """The layers: each --layer, else [serve] layers, for the served ``sessions``.
+
+    Every served session that is not itself a layer reads them all (``layers_of``); a
+    layer that is also served is served on its own, unlayered (its own address, as a
+    shared config's general is when served alone). Refused, naming the flag or the key:
+    an invalid name, a name given twice, and --layer naming only sessions this serve
+    holds, which would make a session its own layer and layer nothing.
+    """
+    from ..errors import ConfigError, ParameterError
+    from ..text import check_string, show_safely
+
+    source = "--layer" if flags else "serve.layers"
+    names: list[str] = []
+    for name in flags or configured:
+        try:
+            names.append(check_string(source, name))
+        except ParameterError as exc:
+            raise ConfigError(exc.message) from None
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"{source} names the session '{show_safely(name, 64)}' twice")
+    if flags and all(session in names for session in sessions):
+        shown = ", ".join(f"'{show_safely(s, 64)}'" for s in sessions)
+        which = (
+            f"{shown}, the session to serve"
+            if len(sessions) == 1
+            else f"every session to serve ({shown})"
+        )
+        raise ConfigError(
+            f"--layer names {which}: a session cannot be its own layer; name the project "
+            "session with --session and its shared sessions with --layer"
+        )
+    return tuple(names)
+
+
+def layers_of(session: str, layers: Sequence[str]) -> tuple[str, ...]:
+    """The layers ``session`` reads: all of them, or none when it is one itself."""
+    return () if session in layers else tuple(layers)

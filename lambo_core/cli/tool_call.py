@@ -8,7 +8,7 @@ prints what the write did (``output.py``), exiting 0 only when it was applied.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -38,15 +38,24 @@ T = TypeVar("T")
 
 
 class SessionCall:
-    """One tool command's call on a session: where it goes, and the follow-up commands
-    its output may point to (written with the same --config, --store and --agent)."""
+    """One tool command's call on a session: where it goes, the layers it attaches when it
+    serves the session itself (each --layer, else [serve] layers), and the follow-up
+    commands its output may point to (written with the same --config, --store and --agent)."""
 
-    def __init__(self, ctx: Context, store: str | None, session: str, agent: str) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        store: str | None,
+        session: str,
+        agent: str,
+        layers: Sequence[str] = (),
+    ) -> None:
         from ..text import check_agent_id, check_string
 
         self.ctx = ctx
         self.store = store
         self.session = check_string("--session", session)
+        self.layers = tuple(layers)
         try:  # before the lease is taken under it
             self.agent = check_agent_id(agent)
         except ParameterError as exc:
@@ -65,8 +74,11 @@ class SessionCall:
 
         from ..client import open_client
         from ..config import store_flags
+        from .serve import layers_of, served_layers
 
         config = self.ctx.config(store_flags(self.store))
+        configured = config.get("serve.layers")
+        layers = layers_of(self.session, served_layers(self.layers, configured, [self.session]))
         shell = self.shell
 
         async def go() -> T:
@@ -78,6 +90,7 @@ class SessionCall:
                 needs_serve=needs_serve,
                 session_list=shell.command("session", "list", session=False, agent=False),
                 serve_command=shell.command("serve", agent=False),
+                layers=layers,
             ) as call:
                 return await script(call)
 
@@ -108,10 +121,11 @@ def run_tool(
     *,
     needs_serve: bool = False,
     flags: FieldFlags | None = None,
+    layers: Sequence[str] = (),
 ) -> None:
     """A read (or lock) verb: one call, the tool's text or JSON, the exit code."""
     flags = flags or FieldFlags(arguments)
-    result = SessionCall(ctx, store, session, agent).run(
+    result = SessionCall(ctx, store, session, agent, layers).run(
         lambda call: call(tool, arguments), needs_serve=needs_serve
     )
     if result["isError"]:
@@ -147,11 +161,12 @@ def run_write(
     *,
     wait: bool,
     flags: FieldFlags,
+    layers: Sequence[str] = (),
 ) -> None:
     """A write verb: the call, then (unless ``--no-wait``) a wait for its receipt; lines about
     what the call did, and exit 0 only when the write was applied (or, not waiting, admitted).
     """
-    target = SessionCall(ctx, store, session, agent)
+    target = SessionCall(ctx, store, session, agent, layers)
 
     def emit(structured: dict[str, Any], receipt: dict[str, Any] | None) -> int:
         if as_json:

@@ -20,11 +20,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def session_options(fn: F) -> F:
     fn = click.option("--json", "as_json", is_flag=True, help="print the structured content")(fn)
+    fn = click.option(
+        "--layer",
+        "layers",
+        multiple=True,
+        help="a shared session (such as general) the session reads beside its own when no "
+        "serve holds it and this command serves it itself; repeat it for several (replaces "
+        "[serve] layers; a running serve uses its own)",
+    )(fn)
     fn = store_to_use(fn)
     fn = click.option(
         "--agent", default=DEFAULT_AGENT, show_default=True, help="the agent_id the call is made as"
     )(fn)
     return click.option("--session", required=True, help="the session to use")(fn)
+
+
+def scope_option(fn: F) -> F:
+    return click.option(
+        "--scope",
+        help="the session to act on: this one (the default) or one of its layers, such as general",
+    )(fn)
+
+
+def with_scope(arguments: dict[str, Any], scope: str | None) -> dict[str, Any]:
+    """``arguments`` with the tool's ``scope`` when --scope was given."""
+    if scope is not None:
+        arguments["scope"] = scope
+    return arguments
 
 
 def derive_flags(
@@ -62,6 +84,7 @@ _NO_WAIT_HELP = (
 
 @click.command("derive")
 @session_options
+@scope_option
 @click.option("--content", required=True, help="the concept: one fact, short (`-`: read stdin)")
 @click.option(
     "--kind",
@@ -84,6 +107,8 @@ def derive_cmd(
     agent: str,
     store: str | None,
     as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
     content: str,
     concept_type: str,
     depends_on: tuple[str, ...],
@@ -125,6 +150,7 @@ def derive_cmd(
         arguments["parent_of"] = pairs
     if event_time:
         arguments["event_time"] = event_time
+    with_scope(arguments, scope)
     flags = derive_flags(arguments, len(depends_on), len(against), len(more), len(parent_of))
     run_write(
         ctx,
@@ -136,11 +162,13 @@ def derive_cmd(
         as_json,
         wait=not no_wait,
         flags=flags,
+        layers=layers,
     )
 
 
 @click.command("record-action")
 @session_options
+@scope_option
 @click.option("--action", required=True, help="what you did, as a short line (`-`: read stdin)")
 @click.option("--produces", multiple=True, help="something the action produced")
 @click.option("--modifies", multiple=True, help="something the action changed")
@@ -156,6 +184,8 @@ def record_action_cmd(
     agent: str,
     store: str | None,
     as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
     action: str,
     produces: tuple[str, ...],
     modifies: tuple[str, ...],
@@ -181,6 +211,7 @@ def record_action_cmd(
             arguments[name] = list(values)
     if event_time:
         arguments["event_time"] = event_time
+    with_scope(arguments, scope)
     run_write(
         ctx,
         store,
@@ -191,11 +222,13 @@ def record_action_cmd(
         as_json,
         wait=not no_wait,
         flags=FieldFlags(arguments),
+        layers=layers,
     )
 
 
 @click.command("recall")
 @session_options
+@scope_option
 @click.option("--query", required=True, help="what to recall (`-`: read stdin)")
 @integer_option("--top-k", help="hits to return (1..100, default 5)")
 @integer_option("--max-tokens", help="context budget (1..100000, default 500)")
@@ -208,6 +241,8 @@ def recall_cmd(
     agent: str,
     store: str | None,
     as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
     query: str,
     top_k: int | None,
     max_tokens: int | None,
@@ -231,7 +266,8 @@ def recall_cmd(
     ):
         if value is not None:
             arguments[name] = value
-    run_tool(ctx, store, session, agent, "lambo_recall", arguments, as_json)
+    with_scope(arguments, scope)
+    run_tool(ctx, store, session, agent, "lambo_recall", arguments, as_json, layers=layers)
 
 
 @click.command("stats")
@@ -249,6 +285,7 @@ def stats_cmd(
     agent: str,
     store: str | None,
     as_json: bool,
+    layers: tuple[str, ...],
     receipt: str | None,
     wait_ms: int | None,
 ) -> None:
@@ -274,11 +311,12 @@ def stats_cmd(
                 f"to {WAIT_MS_MAX})"
             )
         arguments["wait_ms"] = wait_ms
-    run_tool(ctx, store, session, agent, "lambo_stats", arguments, as_json)
+    run_tool(ctx, store, session, agent, "lambo_stats", arguments, as_json, layers=layers)
 
 
 @click.command("inspect")
 @session_options
+@scope_option
 @click.option("--focus", required=True, help="concept text, its 8-hex id or its node id")
 @integer_option("--depth", help="neighbourhood depth (0..5, default 2)")
 @pass_ctx
@@ -289,6 +327,8 @@ def inspect_cmd(
     agent: str,
     store: str | None,
     as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
     focus: str,
     depth: int | None,
 ) -> None:
@@ -301,30 +341,49 @@ def inspect_cmd(
     arguments: dict[str, Any] = {"agent_id": agent, "focus": focus}
     if depth is not None:
         arguments["depth"] = depth
-    run_tool(ctx, store, session, agent, "lambo_inspect", arguments, as_json)
+    with_scope(arguments, scope)
+    run_tool(ctx, store, session, agent, "lambo_inspect", arguments, as_json, layers=layers)
 
 
 @click.command("saints")
 @session_options
+@scope_option
 @pass_ctx
 @reports_errors
-def saints_cmd(ctx: Context, session: str, agent: str, store: str | None, as_json: bool) -> None:
+def saints_cmd(
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
+) -> None:
     """The session's canonical memories, as lambo_saints lists them.
 
     \b
     Example:
       lambo saints --session demo
     """
-    run_tool(ctx, store, session, agent, "lambo_saints", {"agent_id": agent}, as_json)
+    arguments = with_scope({"agent_id": agent}, scope)
+    run_tool(ctx, store, session, agent, "lambo_saints", arguments, as_json, layers=layers)
 
 
 @click.command("stale")
 @session_options
+@scope_option
 @integer_option("--offset", help="the next page's offset")
 @pass_ctx
 @reports_errors
 def stale_cmd(
-    ctx: Context, session: str, agent: str, store: str | None, as_json: bool, offset: int | None
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
+    offset: int | None,
 ) -> None:
     """Dependencies resting on a contradicted concept, as lambo_stale lists them.
 
@@ -335,11 +394,13 @@ def stale_cmd(
     arguments: dict[str, Any] = {"agent_id": agent}
     if offset is not None:
         arguments["offset"] = offset
-    run_tool(ctx, store, session, agent, "lambo_stale", arguments, as_json)
+    with_scope(arguments, scope)
+    run_tool(ctx, store, session, agent, "lambo_stale", arguments, as_json, layers=layers)
 
 
 @click.command("reserve")
 @session_options
+@scope_option
 @click.option("--node", "node_id", required=True, help="the node id to lock")
 @integer_option("--ttl-seconds", help="lock lifetime (1..3600, default 30)")
 @pass_ctx
@@ -350,6 +411,8 @@ def reserve_cmd(
     agent: str,
     store: str | None,
     as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
     node_id: str,
     ttl_seconds: int | None,
 ) -> None:
@@ -363,16 +426,35 @@ def reserve_cmd(
     arguments: dict[str, Any] = {"agent_id": agent, "node_id": node_id}
     if ttl_seconds is not None:
         arguments["ttl_seconds"] = ttl_seconds
-    run_tool(ctx, store, session, agent, "lambo_reserve", arguments, as_json, needs_serve=True)
+    with_scope(arguments, scope)
+    run_tool(
+        ctx,
+        store,
+        session,
+        agent,
+        "lambo_reserve",
+        arguments,
+        as_json,
+        needs_serve=True,
+        layers=layers,
+    )
 
 
 @click.command("release")
 @session_options
+@scope_option
 @click.option("--node", "node_id", required=True, help="the node id to unlock")
 @pass_ctx
 @reports_errors
 def release_cmd(
-    ctx: Context, session: str, agent: str, store: str | None, as_json: bool, node_id: str
+    ctx: Context,
+    session: str,
+    agent: str,
+    store: str | None,
+    as_json: bool,
+    layers: tuple[str, ...],
+    scope: str | None,
+    node_id: str,
 ) -> None:
     """Release a soft lock through the serve that holds the session, as lambo_reserve with
     release does (exit 1 when no serve holds it: no lock can be there).
@@ -381,7 +463,7 @@ def release_cmd(
     Example:
       lambo release --session demo --agent me --node 478416c2-0000-0000-0000-000000000000
     """
-    arguments: dict[str, Any] = {"agent_id": agent, "node_id": node_id}
+    arguments = with_scope({"agent_id": agent, "node_id": node_id}, scope)
     flags = FieldFlags(arguments)
     arguments["release"] = True
     run_tool(
@@ -394,6 +476,7 @@ def release_cmd(
         as_json,
         needs_serve=True,
         flags=flags,
+        layers=layers,
     )
 
 

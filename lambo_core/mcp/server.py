@@ -10,7 +10,7 @@ tell the difference.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import mcp.types as types
@@ -36,9 +36,13 @@ def tool_list(names: list[str]) -> list[types.Tool]:
 
 
 def build_server(
-    session: str, handler: CallHandler, tool_names: Callable[[], list[str]]
+    session: str,
+    handler: CallHandler,
+    tool_names: Callable[[], list[str]],
+    layers: Sequence[str] = (),
 ) -> Server[Any]:
-    """An MCP server for ``session`` whose tool calls go to ``handler``."""
+    """An MCP server for ``session`` whose tool calls go to ``handler``; its instructions
+    name ``layers``, the shared sessions it reads beside its own."""
 
     async def on_list_tools(
         ctx: Any, params: types.PaginatedRequestParams | None
@@ -55,7 +59,7 @@ def build_server(
     return Server(
         "lambo",
         version=__version__,
-        instructions=instructions(session),
+        instructions=instructions(session, layers),
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )

@@ -7,6 +7,7 @@ and words. Spec: Tools, Limits, "How the server introduces itself".
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..model import ConceptType
@@ -23,7 +24,8 @@ _AGENT_ID = {
 _SCOPE = {
     "type": "string",
     "maxLength": STRING,
-    "description": "The session to act on; omit it, or send this session's name.",
+    "description": "The session to act on: omit it (or send this session's name) for this "
+    "session, or name one of its layers.",
 }
 _EVENT_TIME = {
     "type": "string",
@@ -212,6 +214,27 @@ send one after another are applied in that order (two you fire at once have no o
 keep)."""
 
 
-def instructions(session: str) -> str:
-    """The server instructions: how the model should use the session's memory."""
-    return _INSTRUCTIONS.format(session=session)
+# A layered session's paragraph (spec: "How the server introduces itself", the example for
+# lambo layered with general). With several layers the examples name the first.
+_LAYERED = """\
+lambo_recall in session '{session}' also searches its shared layers: {layers}. Every recall hit
+names the session it is from (structuredContent hits[].session, and 'from <session>' in a
+layer hit's block), and its id belongs to that session: pass the same scope (scope =
+"{layer}") to lambo_inspect to inspect a hit from that layer. Pass scope = "{layer}" to
+lambo_recall to read that layer alone, or scope = "{session}" for this session alone. Writes
+go to session '{session}' unless you pass scope: write a ruling or preference that applies in
+every project with scope = "{layer}", and project facts, file actions and decisions without
+a scope. A write's depends_on must name concepts in the session it writes to, and a write
+into a layer refuses relative file paths. Writes to different sessions have no ordering
+between them. lambo_reserve and lambo_saints take the same scope, and lambo_stats finds a
+receipt from any of them."""
+
+
+def instructions(session: str, layers: Sequence[str] = ()) -> str:
+    """The server instructions: how the model should use the session's memory, and for a
+    layered session one more paragraph on its layers (an unlayered one's are unchanged)."""
+    text = _INSTRUCTIONS.format(session=session)
+    if not layers:
+        return text
+    layered = _LAYERED.format(session=session, layers=", ".join(layers), layer=layers[0])
+    return f"{text}\n\n{layered}"

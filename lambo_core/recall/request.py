@@ -122,9 +122,7 @@ def parse_request(session: Session, args: object, defaults: RecallDefaults) -> R
             "accept_client_vectors = true, which this server does not support yet; "
             "recall by text instead"
         )
-    scope = checked.get("scope")
-    if scope is not None:
-        check_scope(scope, session.name)
+    check_scope(checked.get("scope"), session.name)  # a layer's scope is routed before this
     return RecallRequest(agent_id, query, top_k, max_tokens, depth)
 
 

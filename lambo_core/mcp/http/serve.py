@@ -223,7 +223,11 @@ async def _serve_until_stopped(
     endpoints = [
         Endpoint(
             s.options.session,
-            session_manager(build_server(s.options.session, s, tool_names), settings, security),
+            session_manager(
+                build_server(s.options.session, s, tool_names, s.options.layers),
+                settings,
+                security,
+            ),
             lambda s=s: s.serving,  # type: ignore[misc]
         )
         for s in serves
