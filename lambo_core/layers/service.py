@@ -22,8 +22,8 @@ from ..errors import ConfigError, ConflictError, LamboError
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
 from ..receipts import render_line, to_structured
 from ..receipts.ledger import PIGGYBACK_MAX
-from ..recall.merge import merge_recall
-from ..recall.parts import RecallParts
+from ..recall.merge import merge_recall, shown_ids
+from ..recall.parts import PartsError, RecallParts
 from ..service import ToolResult
 from ..writes.cross_session import references_of, resolve_refs
 from ..receipts.layered import fair_shares, layer_down_view
@@ -193,8 +193,12 @@ class LayeredService:
             self.name,
             own,
             [(name, layer_parts.get(name)) for name in self.order],
+            top_k=own.top_k,
+            max_tokens=own.max_tokens,
             floors=self.floors,
         )
+        # the session counts the accesses of its own hits shown (a layer's are not counted)
+        self.service.session.access_counts.record(shown_ids(merged, self.name))
         return ToolResult(texts=[merged.context], structured=merged.structured()).to_json()
 
     async def _layer_parts(self, name: str, args: dict[str, Any]) -> RecallParts | None:
@@ -205,7 +209,11 @@ class LayeredService:
         if answer.get("isError"):  # the layer refused what the session accepted
             log.warning("layer %s refused a merged recall: %s", name, _first_text(answer))
             return None
-        return RecallParts.from_json(_structured(answer))
+        try:
+            return RecallParts.from_json(_structured(answer))
+        except PartsError as exc:  # a holder of another build: its parts are not ours
+            log.warning("layer %s answered recall parts this serve cannot read: %s", name, exc)
+            return None
 
     # -- a layer ----------------------------------------------------------------------
     async def _in_layer(
