@@ -29,6 +29,7 @@ from .index.graph import SessionGraph
 from .model import Concept, ConceptType, short_id
 from .path_refs import PathRef, directory_of
 from .references import (
+    MAX_LISTED_CANDIDATES,
     ConceptLookup,
     is_node_id_form,
     match_reference,
@@ -39,6 +40,7 @@ from .references import (
 from .repo_scope import (
     ScopedKey,
     concept_scoped_key,
+    is_unscoped_path_resource,
     lookup_key,
     scoped_key,
     scoped_path,
@@ -206,10 +208,11 @@ class CallScope:
     def cited(self, field: str, ref: str) -> str | None:
         """The node a citation's text names under the scope, when a scoped path decides it;
         None leaves the reference to the ordinary reading (over ``lookup``)."""
-        if self.repo is None or is_node_id_form(ref):
+        if is_node_id_form(ref) or self.lookup is self.graph:
             return None
-        scoped = self.scoped(lookup_key(self.repo, ref))
+        scoped = None if self.repo is None else self.scoped(lookup_key(self.repo, ref))
         if scoped is None:
+            self._refuse_hidden(field, ref)
             return None
         if scoped.new:
             raise refuse_no_match(field, ref)  # a concept this call creates cannot be cited
@@ -219,6 +222,31 @@ class CallScope:
             theirs = [Named(c.id, c.content) for c in others]
             raise self.refuse_ambiguous(field, ref, [scoped], theirs)
         return scoped.node_id
+
+    def _refuse_hidden(self, field: str, ref: str) -> None:
+        """Text that names nothing here but a path on the other side of the scope line: the
+        refusal says so, and how to cite it (by its id), rather than "matches nothing"."""
+        if match_reference(ref, self.lookup).concepts:
+            return
+        hidden = [
+            c
+            for c in self.graph.concepts_with_key(canonical_key(ref))
+            if concept_scoped_key(c) is not None or is_unscoped_path_resource(c)
+        ]
+        if not hidden:
+            return
+        ids = ", ".join(short_id(c.id) for c in hidden[:MAX_LISTED_CANDIDATES])
+        if self.repo is None:
+            why = "matches nothing in this session without a repo_scope"
+        else:
+            repo = show_safely(self.repo, SHOWN_REPO_CHARS)
+            why = f'matches nothing in this session under repo_scope "{repo}"'
+        raise refuse(
+            field,
+            ref,
+            f"{why}; a path written under another repository or none is named by text only "
+            f"there: cite it by its id ({ids})",
+        )
 
     def still_names(self, ref: str, node_id: str) -> bool:
         """At apply time: whether a citation still names exactly ``node_id``."""
