@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -28,7 +28,7 @@ class OneVector:
     """Every text embeds to the same unit vector: cosine 1 between any two."""
 
     contract: EmbeddingContract = make_contract("onnx", "minilm", 8)
-    modalities = ["text"]
+    modalities: ClassVar[list[str]] = ["text"]
     dim = 8
     merge_threshold = 0.85
 
