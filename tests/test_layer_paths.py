@@ -133,7 +133,8 @@ def test_repo_scope_lets_through_what_it_covers(graph: SessionGraph) -> None:
         assert derive(graph, concepts=one("x"), parent_of=pair, repo_scope=WIDGETS)
         assert action(graph, action=entry, repo_scope=WIDGETS)
         for field in ("produces", "modifies", "depends_on"):
-            assert action(graph, action="edited", repo_scope=WIDGETS, **{field: [entry]})
+            entries: dict[str, Any] = {field: [entry]}
+            assert action(graph, action="edited", repo_scope=WIDGETS, **entries)
 
 
 @pytest.mark.parametrize("ctype", ["logic", "entity", "constraint", "observation"])
