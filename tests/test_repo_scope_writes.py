@@ -381,3 +381,12 @@ def test_a_stored_row_this_build_cannot_replay_settles_failed_with_the_reason(
     assert "repo_scope" not in str(stored.payload)  # an older build can load the session
     assert len(p2.session.index.graph) == 0
     p2.close()
+
+
+def test_the_tool_schemas_take_repo_scope_on_derive_and_record_action_only() -> None:
+    from lambo_core.mcp.tools import SCHEMAS
+
+    for tool, schema in SCHEMAS.items():
+        has = "repo_scope" in schema["properties"]
+        assert has is (tool in ("lambo_derive", "lambo_record_action")), tool
+    assert SCHEMAS["lambo_derive"]["properties"]["repo_scope"]["type"] == "string"
