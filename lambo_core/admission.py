@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .args import check_arguments, check_list, check_scope, require
-from .call_names import NEW_PREFIX, CallNames, Named, refuse_case_variants
+from .call_names import CallNames, Named, refuse_case_variants
+from .call_scope import CallScope
 from .cross_refs import CrossSession, check_action_entry, check_reference
 from .errors import ParameterError, StoreError
 from .index.graph import SessionGraph
+from .layer_paths import refuse_relative_in_action, refuse_relative_in_derive
 from .model import ConceptType, EdgeType
 from .references import (
+    ConceptLookup,
     match_reference,
     refuse,
     refuse_cited_and_contradicted,
@@ -31,6 +34,7 @@ from .references import (
     refuse_several,
     resolve_reference,
 )
+from .scoped_intent import admitted_repo_scope, scoped_payload
 from .text import (
     MAX_STRING_BYTES,
     canonical_key,
@@ -89,14 +93,6 @@ def _utf8(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-def _refuse_repo_scope(args: Mapping[str, Any]) -> None:
-    # Repository-scoped paths are a later capability; refusing beats ignoring.
-    if "repo_scope" in args:
-        raise ParameterError(
-            "repo_scope is not supported by this server yet; send the call without it"
-        )
-
-
 def _check_no_image_suffix(field: str, text: str) -> None:
     if has_image_suffix(text):
         raise ParameterError(
@@ -119,8 +115,7 @@ def _ref_strings(field: str, value: object, cap: int) -> list[str]:
 def _resolved(
     field: str,
     ref: str,
-    graph: SessionGraph,
-    names: CallNames,
+    scope: CallScope,
     cross: CrossSession | None = None,
     what: Literal["citations", "contradictions"] = "citations",
 ) -> dict[str, str]:
@@ -130,8 +125,13 @@ def _resolved(
     written exactly as a concept this call creates names that concept, which cannot be
     cited ("matches nothing in this session"), not a session concept in another case;
     one that names a concept this call creates and a session concept, both in another
-    case, names several.
+    case, names several. Under a repo_scope a scoped path may name it first (call_scope).
     """
+    scoped = scope.cited(field, ref)
+    if scoped is not None:
+        return {"ref": ref, "node_id": scoped}
+    graph: ConceptLookup = scope.lookup
+    names: CallNames = scope.names
     match = match_reference(ref, graph)
     key = canonical_key(ref)
     if match.form == "text" and all(c.canonical_key != key for c in match.concepts):
@@ -144,23 +144,6 @@ def _resolved(
     check_reference(field, ref, match, cross, what=what)
     concept = resolve_reference(field, ref, graph)
     return {"ref": ref, "node_id": concept.id}
-
-
-def _place(text: str, names: CallNames) -> str:
-    """The node id (or placeholder) a text the call writes as its own concept lands on."""
-    found = names.exact(text)
-    node_id = found.node_id if found is not None else NEW_PREFIX + canonical_key(text)
-    names.place(text, node_id, new=found is None or found.new)
-    return node_id
-
-
-def _named_or_new(field: str, text: str, names: CallNames) -> str:
-    """A text that names a concept or creates one: its node id or a placeholder."""
-    found = names.named(field, text)
-    if found is None:
-        return _place(text, names)
-    names.place(text, found.node_id, new=found.new)
-    return found.node_id
 
 
 # --- lambo_derive ----------------------------------------------------------------
@@ -180,11 +163,10 @@ def admit_derive(
     ``embeds`` is true when the session's concepts are embedded (a store with
     vector search under match_strategy hybrid): then every concept and every
     parent_of end must fit the embedding-text limit once framed with the
-    call's text. ``layer`` is this session's name when it is a shared layer (accepted
-    here; the relative-path refusal it enables is repo_scope's work). ``cross`` holds the
-    other sessions' references (``cross_refs``).
+    call's text. ``layer`` names this session when it is a shared layer: then a bare
+    relative path is refused (layer_paths). ``cross`` holds the other sessions'
+    references (``cross_refs``).
     """
-    del layer  # accepted for the layered serve; not read yet
     call = check_arguments("lambo_derive", args, DERIVE_ARGS)
     agent_id = check_agent_id(require(call, "agent_id"))
     raw_concepts = check_list(
@@ -202,7 +184,7 @@ def admit_derive(
             f"at most {MAX_CONCEPTS_AND_PAIRS} are accepted in one call"
         )
     check_scope(call.get("scope"), session, writing=True)  # null: omitted, as on reads
-    _refuse_repo_scope(call)
+    repo = admitted_repo_scope(call)
 
     concepts: list[dict[str, Any]] = []
     total_depends = total_against = 0
@@ -253,12 +235,15 @@ def admit_derive(
     if embeds:
         _check_embedding_text(concepts, pairs)
 
+    if layer is not None:
+        refuse_relative_in_derive(layer, repo, concepts, pairs)
+
     # The call's texts in the order the write applies them: its concepts, then each pair.
-    names = CallNames(graph)
+    scope = CallScope(graph, repo)
     for concept in concepts:
-        _place(concept["content"], names)
-    _resolve_derive_references(concepts, graph, names, cross)
-    _check_hierarchy(pairs, names, graph)
+        scope.place_own(concept["content"], ConceptType(concept["type"]))
+    _resolve_derive_references(concepts, graph, scope, cross)
+    _check_hierarchy(pairs, scope, graph)
 
     n = len(concepts)
     return Admitted(
@@ -267,12 +252,10 @@ def admit_derive(
         summary=(
             f"accepted {n} concept(s) for background write; validated and ordered, not yet applied"
         ),
-        payload={
-            "kind": "derive",
-            "event_time": event_time,
-            "concepts": concepts,
-            "parent_of": pairs,
-        },
+        payload=scoped_payload(
+            {"kind": "derive", "event_time": event_time, "concepts": concepts, "parent_of": pairs},
+            repo,
+        ),
     )
 
 
@@ -311,20 +294,20 @@ def _check_embedding_text(concepts: list[dict[str, Any]], pairs: list[dict[str, 
 def _resolve_derive_references(
     concepts: list[dict[str, Any]],
     graph: SessionGraph,
-    names: CallNames,
+    scope: CallScope,
     cross: CrossSession | None = None,
 ) -> None:
     """Fix every depends_on / against to one node id, refusing the spec's cases."""
     dependency_pairs: list[tuple[str, str]] = []
     pair_fields: list[tuple[str, str]] = []
     for i, concept in enumerate(concepts):
-        existing = graph.concepts_with_key(concept["key"])
-        self_ids = {c.id for c in existing}
-        me = existing[0].id if existing else f"new:{concept['key']}"
+        existing = scope.ids_of(concept["content"], ConceptType(concept["type"]))
+        self_ids = set(existing)
+        me = existing[0] if existing else f"new:{concept['key']}"
         cited: list[dict[str, str]] = []
         for j, ref in enumerate(concept["depends_on"]):
             field = f"concepts[{i}].depends_on[{j}]"
-            resolved = _resolved(field, ref, graph, names, cross)
+            resolved = _resolved(field, ref, scope, cross)
             if resolved["node_id"] in self_ids:
                 raise refuse_self_reference(field, ref)
             cited.append(resolved)
@@ -334,7 +317,7 @@ def _resolve_derive_references(
         cited_ids = {c["node_id"] for c in cited}
         for j, ref in enumerate(concept["against"]):
             field = f"concepts[{i}].against[{j}]"
-            resolved = _resolved(field, ref, graph, names, cross, "contradictions")
+            resolved = _resolved(field, ref, scope, cross, "contradictions")
             if resolved["node_id"] in self_ids:
                 raise refuse_self_reference(field, ref)
             if resolved["node_id"] in cited_ids:
@@ -369,13 +352,10 @@ def check_action_acyclic(graph: SessionGraph, pairs: list[tuple[str, str]]) -> N
         )
 
 
-def _check_hierarchy(pairs: list[dict[str, str]], names: CallNames, graph: SessionGraph) -> None:
+def _check_hierarchy(pairs: list[dict[str, str]], scope: CallScope, graph: SessionGraph) -> None:
     """Name every parent_of end (refusing one in several cases) and refuse a cycle."""
     ids = [
-        (
-            _named_or_new(f"parent_of[{i}].parent", p["parent"], names),
-            _named_or_new(f"parent_of[{i}].child", p["child"], names),
-        )
+        scope.pair(f"parent_of[{i}].", p["parent"], p["child"], scope.land)
         for i, p in enumerate(pairs)
     ]
     check_hierarchy_acyclic(graph, ids)
@@ -394,7 +374,6 @@ def admit_action(
 ) -> Admitted:
     """Validate and resolve a lambo_record_action call (``layer``, ``cross``: as
     ``admit_derive``'s)."""
-    del layer  # accepted for the layered serve; not read yet
     call = check_arguments("lambo_record_action", args, ACTION_ARGS)
     agent_id = check_agent_id(require(call, "agent_id"))
     action = check_string("action", require(call, "action"))
@@ -416,27 +395,29 @@ def admit_action(
             _check_no_image_suffix(f"{field}[{i}]", text)
         targets[field] = texts
     check_scope(call.get("scope"), session, writing=True)  # null: omitted, as on reads
-    _refuse_repo_scope(call)
+    repo = admitted_repo_scope(call)
+    if layer is not None:
+        refuse_relative_in_action(layer, repo, action, targets)
 
     # The call's texts in the order the write applies them: the action, its produces and
     # modifies, then its depends_on.
-    names = CallNames(graph)
-    action_ids = {c.id for c in graph.concepts_with_key(canonical_key(action))}
-    me = _place(action, names)
+    scope = CallScope(graph, repo)
+    action_ids = set(scope.ids_of(action, ConceptType.RESOURCE))
+    me = scope.place_own(action, ConceptType.RESOURCE)
     pairs: list[tuple[str, str]] = []
     for field in ("produces", "modifies"):
         for i, text in enumerate(targets[field]):
-            pairs.append((me, _named_or_new(f"{field}[{i}]", text, names)))
+            pairs.append((me, scope.place_target(f"{field}[{i}]", text)))
     depends: list[dict[str, Any]] = []
     for i, ref in enumerate(targets["depends_on"]):
-        dependency, node_id = _action_dependency(f"depends_on[{i}]", ref, graph, names, cross)
+        dependency, node_id = _action_dependency(f"depends_on[{i}]", ref, scope, cross)
         depends.append(dependency)
         pairs.append((me, node_id))
     depends_ids = {d["node_id"] for d in depends if d.get("node_id")}
     against: list[dict[str, str]] = []
     for i, ref in enumerate(against_refs):
         field = f"against[{i}]"
-        resolved = _resolved(field, ref, graph, names, cross, "contradictions")
+        resolved = _resolved(field, ref, scope, cross, "contradictions")
         if resolved["node_id"] in action_ids:
             raise refuse(field, ref, "names the action itself")
         if resolved["node_id"] in depends_ids:
@@ -453,20 +434,23 @@ def admit_action(
             f"accepted action '{show_safely(action)}' for background write; validated and "
             "ordered, not yet applied"
         ),
-        payload={
-            "kind": "action",
-            "event_time": event_time,
-            "action": action,
-            "produces": targets["produces"],
-            "modifies": targets["modifies"],
-            "depends_on": depends,
-            "against": against,
-        },
+        payload=scoped_payload(
+            {
+                "kind": "action",
+                "event_time": event_time,
+                "action": action,
+                "produces": targets["produces"],
+                "modifies": targets["modifies"],
+                "depends_on": depends,
+                "against": against,
+            },
+            repo,
+        ),
     )
 
 
 def _action_dependency(
-    field: str, ref: str, graph: SessionGraph, names: CallNames, cross: CrossSession | None
+    field: str, ref: str, scope: CallScope, cross: CrossSession | None = None
 ) -> tuple[dict[str, Any], str]:
     """A record_action depends_on entry, and the node id (or placeholder) it lands on.
 
@@ -474,9 +458,12 @@ def _action_dependency(
     concept as ``call_names`` reads it (as written, else the one concept in any case;
     several in any case are refused). 8 hex characters whose text names no concept
     cite the one concept their id starts with (refused if several do). Any other
-    entry is created as an Entity. Only a session concept is fixed by node id; one
-    this call creates is named again by its text when the write is applied.
+    entry is created as an Entity (under a repo_scope, text that reads as a file or a
+    directory as a scoped path, and an existing scoped path comes first: call_scope). Only
+    a session concept is fixed by node id; one this call creates is named again by its
+    text when the write is applied.
     """
+    graph: ConceptLookup = scope.lookup
     match = match_reference(ref, graph)
     if match.interaction:
         raise refuse_interaction(field, ref)
@@ -484,9 +471,10 @@ def _action_dependency(
     if match.form == "node_id":
         return {"ref": ref, "node_id": match.concepts[0].id, "key": key}, match.concepts[0].id
     new = {"ref": ref, "node_id": None, "key": key, "type": ConceptType.ENTITY.value}
-    found = names.named(field, ref, ids_accepted=True)
+    inferred = scope.infer(field, ref, ids_accepted=True)
+    found = inferred.named
     if found is not None:
-        names.place(ref, found.node_id, new=found.new)
+        scope.land(ref, inferred)
         if found.new:
             return new, found.node_id
         return {"ref": ref, "node_id": found.node_id, "key": key}, found.node_id
@@ -495,4 +483,6 @@ def _action_dependency(
     if match.form == "short_id" and match.concepts:
         return {"ref": ref, "node_id": match.concepts[0].id, "key": key}, match.concepts[0].id
     check_action_entry(field, ref, cross)  # names nothing here: another session's?
-    return new, _place(ref, names)
+    if inferred.key is not None:
+        new["type"] = ConceptType.RESOURCE.value
+    return new, scope.land(ref, inferred)

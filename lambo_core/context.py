@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .model import short_id
+from .text import show_safely
 
 SEPARATOR = "\n\n"
 ELLIPSIS = "…"
+SHOWN_REPO_CHARS = 200  # as inspect shows a repository
 
 PILLAR_LINE = "⚑ Load-bearing pillar — {n} nodes depend on this. Modify with caution."
 TRUNCATED_LINE = "[truncated: {n} tokens left out; lambo_inspect {id} for the full concept]"
@@ -62,10 +64,13 @@ class HitBlock:
     lines: tuple[str, ...] = ()
     also: str = ""
     placed: str = ""
+    repo_scope: str = ""  # a scoped path's repository, named in its label
 
     def label_suffix(self) -> str:
-        """`` [Type, canonical] (score S, id XXXXXXXX, also ..., blast radius N)``."""
+        """`` [Type, canonical, repo "R"] (score S, id XXXXXXXX, also ..., blast radius N)``."""
         kind = f"{self.type_label}, canonical" if self.canonical else self.type_label
+        if self.repo_scope:
+            kind += f', repo "{show_safely(self.repo_scope, SHOWN_REPO_CHARS)}"'
         meta = f"score {self.score:.2f}, id {short_id(self.node_id)}"
         if self.also:
             meta += f", {self.also}"

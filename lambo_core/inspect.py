@@ -21,6 +21,7 @@ from .contradiction import DEFAULT_EDGE_MIN_AGE_S, contradictions
 from .errors import ReferenceRefused, StoreError
 from .index.graph import SessionGraph
 from .model import Concept, Edge, EdgeType, Status, short_id
+from .path_refs import path_key
 from .recall.legs import keyword_query
 from .recall.lines import contradicted_line, rests_on_lines
 from .references import MAX_LISTED_CANDIDATES, match_reference
@@ -191,10 +192,24 @@ def resolve_exactly(graph: SessionGraph, focus: str) -> Resolution | None:
     match = match_reference(focus, graph)
     if match.interaction:
         return Resolution("node_id", [], interaction=True)
-    if match.concepts:
-        how: ResolvedBy = "content" if match.form == "text" else match.form
-        return Resolution(how, list(match.concepts))
+    concepts = list(match.concepts)
+    if match.form == "text" or not concepts:
+        concepts += scoped_spellings(graph, focus, concepts)
+    if concepts:
+        how: ResolvedBy = "content" if match.form == "text" or not match.concepts else match.form
+        return Resolution(how, concepts)
     return None
+
+
+def scoped_spellings(graph: SessionGraph, focus: str, found: Sequence[Concept]) -> list[Concept]:
+    """Scoped paths the focus names in another spelling (README.md for README.md:12, in any
+    repository): text matching several is never resolved to one of them quietly."""
+    ref = path_key(focus) if len(graph.paths) else None
+    if ref is None:
+        return []
+    have = {c.id for c in found}
+    extra = [graph.concept(i) for i in graph.paths.ids_with_path(ref.key) if i not in have]
+    return sorted((c for c in extra if c is not None), key=lambda c: (c.created_at, c.id))
 
 
 def resolve_focus(

@@ -227,3 +227,5 @@ class WriteBatch:
     edges: list[Edge] = field(default_factory=list)  # new edges, or reinforcements (upsert)
     intent_receipt_id: str | None = None  # marked applied in the same transaction
     intent_outcome: dict[str, Any] | None = None
+    # Set: the settled intent stores this payload instead (a scoped one, without its scope).
+    intent_payload: dict[str, Any] | None = None

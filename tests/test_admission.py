@@ -253,9 +253,12 @@ def test_image_suffix_and_scope(graph: SessionGraph) -> None:
     assert derive(graph, concepts=one(), scope=S)
     text = refused(ParameterError, derive, graph, concepts=one(), scope="general")
     assert text == "scope must name this session or one of its layers: s"
-    assert "repo_scope" in refused(
-        ParameterError, derive, graph, concepts=one(), repo_scope="github.com/a/b"
-    )
+    # repo_scope is accepted now; its own refusals are in tests/test_repo_scope_writes.py
+    scoped = derive(graph, concepts=one(), repo_scope=" github.com/a/b ")
+    assert scoped.payload["kind"] == "repo_scoped"
+    assert scoped.payload["repo_scope"] == "github.com/a/b"
+    text = refused(ParameterError, derive, graph, concepts=one(), repo_scope=" ")
+    assert text == "repo_scope must not be empty or whitespace; nothing was written"
 
 
 def test_string_rules_apply_to_every_field(graph: SessionGraph) -> None:

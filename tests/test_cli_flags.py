@@ -74,6 +74,17 @@ def last_line(result: Result) -> str:
         ),
         (("derive", "--content", " "), 2, "lambo: --content must not be empty or blank"),
         (
+            ("derive", "--content", "README.md", "--kind", "resource", "--repo-scope", " "),
+            2,
+            "lambo: --repo-scope must not be empty or whitespace; nothing was written",
+        ),
+        (
+            ("record-action", "--action", "a", "--modifies", "x", "--repo-scope", "a b"),
+            2,
+            "lambo: --repo-scope contains whitespace inside it (U+0020); a repository id is "
+            "one run of visible characters, such as github.com/acme/widgets; nothing was written",
+        ),
+        (
             ("derive", "--agent", "a\tb", "--content", "y"),
             2,
             "lambo: --agent must be one line with no tabs, control or line-separator "
@@ -347,3 +358,17 @@ def test_split_receipt_line() -> None:
         ["session s: 1 concepts", "write queue: 0"],
     )
     assert split_receipt_line("session s: 1") == ([], ["session s: 1"])
+
+
+def test_repo_scope_flags_send_the_repository() -> None:
+    for args in (
+        ("record-action", "--action", "rewrote the notes", "--modifies", "README.md"),
+        ("derive", "--content", "README.md", "--kind", "resource"),
+    ):
+        verb, *rest = args
+        result = invoke(
+            verb, "--session", "s", "--store", "memory", *rest,
+            "--repo-scope", "github.com/acme/widgets",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "applied" in result.output

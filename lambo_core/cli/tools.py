@@ -76,6 +76,10 @@ def derive_flags(
     return flags
 
 
+_REPO_SCOPE_HELP = (
+    "the repository the call's paths belong to, such as github.com/acme/widgets "
+    "(each repository gets its own concept for a path)"
+)
 _NO_WAIT_HELP = (
     "print the receipt without waiting for the outcome (exit 0 once admitted); "
     "by default the command waits and exits 1 unless the write was applied"
@@ -98,6 +102,7 @@ _NO_WAIT_HELP = (
 @click.option("--concept", "more", multiple=True, metavar="TEXT:KIND", help="another concept")
 @click.option("--parent-of", multiple=True, metavar="CHILD:PARENT", help="a hierarchy link")
 @click.option("--event-time", help="RFC3339 about-time of a historical fact")
+@click.option("--repo-scope", help=_REPO_SCOPE_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
 @pass_ctx
 @reports_errors
@@ -116,6 +121,7 @@ def derive_cmd(
     more: tuple[str, ...],
     parent_of: tuple[str, ...],
     event_time: str | None,
+    repo_scope: str | None,
     no_wait: bool,
 ) -> None:
     """Store concepts, as lambo_derive does, and wait for them to be applied.
@@ -151,6 +157,8 @@ def derive_cmd(
     if event_time:
         arguments["event_time"] = event_time
     with_scope(arguments, scope)
+    if repo_scope is not None:
+        arguments["repo_scope"] = repo_scope
     flags = derive_flags(arguments, len(depends_on), len(against), len(more), len(parent_of))
     run_write(
         ctx,
@@ -175,6 +183,7 @@ def derive_cmd(
 @click.option("--depends-on", multiple=True, help="something the action relied on")
 @click.option("--against", multiple=True, help="a concept the action shows to be wrong")
 @click.option("--event-time", help="RFC3339 about-time of a historical action")
+@click.option("--repo-scope", help=_REPO_SCOPE_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
 @pass_ctx
 @reports_errors
@@ -192,6 +201,7 @@ def record_action_cmd(
     depends_on: tuple[str, ...],
     against: tuple[str, ...],
     event_time: str | None,
+    repo_scope: str | None,
     no_wait: bool,
 ) -> None:
     """Record an action, as lambo_record_action does, and wait for it to be applied.
@@ -212,6 +222,8 @@ def record_action_cmd(
     if event_time:
         arguments["event_time"] = event_time
     with_scope(arguments, scope)
+    if repo_scope is not None:
+        arguments["repo_scope"] = repo_scope
     run_write(
         ctx,
         store,

@@ -18,6 +18,7 @@ from ..store.base import EDGE_WEIGHT_CAP, Store
 from ..text import fold_case
 from .degrees import DegreeCount
 from .names import MultiIndex, multi_add, multi_get, multi_remove
+from .path_index import PathIndex
 
 Direction = Literal["both", "out", "in"]
 
@@ -53,6 +54,7 @@ class SessionGraph:
         self._by_prefix: MultiIndex = {}  # short id -> node id(s)
         self._by_key: MultiIndex = {}  # canonical key -> node id(s)
         self._by_folded_key: MultiIndex = {}  # canonical key, case folded -> node id(s)
+        self.paths = PathIndex()  # repository-scoped concepts by (repo, path)
         self._interactions: set[str] = set()
         self._edge_count = 0
         self._status_count: Counter[Status] = Counter()  # lambo_stats reads it per call
@@ -167,6 +169,7 @@ class SessionGraph:
         multi_add(self._by_prefix, short_id(kept.id), kept.id)
         multi_add(self._by_key, kept.canonical_key, kept.id)
         multi_add(self._by_folded_key, fold_case(kept.canonical_key), kept.id)
+        self.paths.add(kept)
         if kept.interaction_id:
             self._interactions.add(kept.interaction_id)
         self.version += 1
@@ -176,6 +179,7 @@ class SessionGraph:
         multi_remove(self._by_prefix, short_id(concept.id), concept.id)
         multi_remove(self._by_key, concept.canonical_key, concept.id)
         multi_remove(self._by_folded_key, fold_case(concept.canonical_key), concept.id)
+        self.paths.remove(concept)
 
     def add_edge(self, edge: Edge) -> Edge:
         """Add an edge, or reinforce the one already on (src, dst, type).

@@ -27,6 +27,13 @@ _SCOPE = {
     "description": "The session to act on: omit it (or send this session's name) for this "
     "session, or name one of its layers.",
 }
+_REPO_SCOPE = {
+    "type": "string",
+    "maxLength": 512,
+    "description": "The repository this call's paths belong to, one stable id such as "
+    "github.com/acme/widgets (host/owner/repo, no scheme or .git): each repository gets its "
+    "own concept for a path such as README.md. Omit it for paths shared by no repository.",
+}
 _EVENT_TIME = {
     "type": "string",
     "format": "date-time",
@@ -108,6 +115,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 ),
             },
             "scope": _SCOPE,
+            "repo_scope": _REPO_SCOPE,
         },
     ),
     "lambo_record_action": _object(
@@ -126,6 +134,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "modifies": _refs(64, "What the action changed."),
             "depends_on": _refs(64, "What the action relied on: an id cites, text names."),
             "scope": _SCOPE,
+            "repo_scope": _REPO_SCOPE,
         },
     ),
     "lambo_reserve": _object(

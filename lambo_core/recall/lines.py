@@ -358,6 +358,7 @@ def describe(
                 lines=(*own, past) if past else tuple(own),
                 also=also_label(also),
                 placed=PLACED_KEPT if pick.kept else pick.cand.placed,
+                repo_scope=concept.repo_scope or "",
             )
         )
         hit: dict[str, Any] = {
@@ -368,6 +369,8 @@ def describe(
             "is_canonical": concept.status is Status.CANONICAL,
             "blast_radius": radius if radius > 0 else None,
         }
+        if concept.repo_scope:
+            hit["repo_scope"] = concept.repo_scope
         if pick.companion_of:
             hit["companion_of"] = list(pick.companion_of)
         if replaced_by:

@@ -28,6 +28,7 @@ from .lines import (
     shows_supersession_line,
 )
 from .names import NameMatcher, name_shares
+from .repo_subject import repository_of_subject
 from .request import RecallDefaults, RecallRequest, RecallResult, parse_request
 
 if TYPE_CHECKING:
@@ -84,6 +85,9 @@ def recall(
     with index.lock:
         anchor = find_dependency_anchor(graph, request.query)
         if anchor is not None:
+            anchor, ambiguous = repository_of_subject(graph, anchor, request.query)
+            if ambiguous is not None:  # a path in several repositories: none is answered
+                return _finish(session, request, [], [], [ambiguous], header=None)
             return _dependency_answer(session, request, anchor, defaults, now, ranking)
 
     embedder, skipped_leg = (None, None)

@@ -170,7 +170,13 @@ class Store(Protocol):
     def get_intent(self, receipt_id: str) -> WriteIntent | None: ...
 
     def settle_intent(
-        self, receipt_id: str, state: str, outcome: dict[str, Any], when: float
+        self,
+        receipt_id: str,
+        state: str,
+        outcome: dict[str, Any],
+        when: float,
+        *,
+        payload: dict[str, Any] | None = None,  # set: stored in place of the intent's own
     ) -> None: ...
 
     # -- canonization events -------------------------------------------------

@@ -197,6 +197,8 @@ class MemoryStore:
                 held.intent.state = IntentState.APPLIED
                 held.intent.settled_at = batch_time(batch)
                 held.outcome_json = outcome_json
+                if batch.intent_payload is not None:
+                    held.payload_json = to_json(batch.intent_payload)
             state.record.mutation_count += len(batch.concepts) + len(batch.edges)
 
     def _validate(self, batch: WriteBatch) -> _Session:
@@ -365,7 +367,13 @@ class MemoryStore:
             return None if held is None else self._intent_out(held)
 
     def settle_intent(
-        self, receipt_id: str, state: str, outcome: dict[str, Any], when: float
+        self,
+        receipt_id: str,
+        state: str,
+        outcome: dict[str, Any],
+        when: float,
+        *,
+        payload: dict[str, Any] | None = None,
     ) -> None:
         """Settle a pending intent as applied or failed; anything else is refused."""
         final = settled_state(state)
@@ -379,6 +387,8 @@ class MemoryStore:
             held.intent.state = final
             held.intent.settled_at = when
             held.outcome_json = text
+            if payload is not None:
+                held.payload_json = to_json(payload)
 
     # -- canonization events -------------------------------------------------------
 

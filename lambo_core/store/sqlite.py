@@ -202,6 +202,11 @@ class SqliteStore:
                     raise IntentNotPending(
                         WRITE_REFUSED, detail="the batch's intent is not pending in this session"
                     )
+                if batch.intent_payload is not None:
+                    conn.execute(
+                        "UPDATE write_intents SET payload = ? WHERE receipt_id = ?",
+                        (to_json(batch.intent_payload), batch.intent_receipt_id),
+                    )
             written = len(batch.concepts) + len(batch.edges)
             cur = conn.execute(
                 "UPDATE sessions SET mutation_count = mutation_count + ? WHERE name = ?",
@@ -333,7 +338,13 @@ class SqliteStore:
         return intent_from(rows[0]) if rows else None
 
     def settle_intent(
-        self, receipt_id: str, state: str, outcome: dict[str, Any], when: float
+        self,
+        receipt_id: str,
+        state: str,
+        outcome: dict[str, Any],
+        when: float,
+        *,
+        payload: dict[str, Any] | None = None,
     ) -> None:
         """Settle a pending intent as applied or failed; anything else is refused."""
         final = settled_state(state)
@@ -351,6 +362,11 @@ class SqliteStore:
             )
             if cur.rowcount != 1:
                 raise IntentNotPending(WRITE_REFUSED, detail="no pending intent with that receipt")
+            if payload is not None:
+                conn.execute(
+                    "UPDATE write_intents SET payload = ? WHERE receipt_id = ?",
+                    (to_json(payload), receipt_id),
+                )
 
     # -- canonization events -------------------------------------------------------
 

@@ -9,11 +9,12 @@ candidates"; lambo_recall, "Possibly superseded, not declared").
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..admission import NOTHING_WRITTEN, call_text, check_action_acyclic, check_hierarchy_acyclic
-from ..call_names import CallNames
+from ..call_scope import CallScope, Inferred
 from ..errors import StoreError
 from ..index.graph import SessionGraph
 from ..matching import MERGE_CANDIDATES, Facts, merge_refused
@@ -30,7 +31,9 @@ from ..model import (
     new_id,
     short_id,
 )
-from ..references import refuse_changed, still_names
+from ..references import refuse_changed
+from ..repo_scope import ScopedKey
+from ..scoped_intent import WRITE_KINDS, unknown_kind
 from ..session import Session
 from ..supersession import Side, comparable, flags
 from ..text import canonical_key, show_safely
@@ -83,6 +86,8 @@ def plan_write(
     session: Session, intent: WriteIntent, payload: dict[str, Any], vectors: list[Vector] | None
 ) -> Plan:
     """What ``intent`` will write against the current graph (call under the index lock)."""
+    if payload.get("kind") not in WRITE_KINDS:
+        raise unknown_kind(payload.get("kind"))  # a clean failure, not a fault mid-write
     now = session.clock.now()
     event_time = payload.get("event_time")
     about = min(float(event_time), now) if event_time is not None else now
@@ -97,6 +102,7 @@ def plan_write(
     # The vectors came from the loaded embedder: its threshold is the one they merge by.
     threshold = session.embedder(0).merge_threshold if vectors is not None else None
     builder = Builder(session, plan, intent.agent_id, now, about, interaction.id, threshold)
+    builder.scope_to(payload.get("repo_scope"))
     if payload["kind"] == "derive":
         builder.derive(payload, vectors)
     else:
@@ -124,12 +130,18 @@ class Builder:
         self.now = now
         self.about = about
         self.interaction_id = interaction_id
-        self.names = CallNames(self.graph)  # what this call's texts name, as it places them
+        self.scope = CallScope(self.graph, None)  # what the call's texts name (scope_to)
+        self.names = self.scope.names
         self._placements: list[Placement] = []  # placed by similarity search, in call order
         self._cites_itself: set[str] = set()  # merged into a concept its depends_on names
         self._edges: dict[tuple[str, str, EdgeType], Edge] = {}
         self._threshold = merge_threshold  # None: this write has no vectors
         self._read: dict[str, Facts] = {}  # see _facts
+
+    def scope_to(self, repo: str | None) -> None:
+        """Read this call's texts under its repo_scope (call_scope.py), before placing any."""
+        self.scope = CallScope(self.graph, repo)
+        self.names = self.scope.names
 
     # -- concepts ---------------------------------------------------------------------------
     def place(
@@ -142,6 +154,9 @@ class Builder:
         never_into: set[str] | None = None,
     ) -> str:
         """The node id ``content`` lands on: this call's, an existing key, a merge, or new."""
+        scoped = self.scope.own_path(content, ctype)
+        if scoped is not None:
+            return self._place_scoped(scoped, content, vector)
         key = canonical_key(content)
         earlier = self.names.placed(content)
         if earlier is not None:
@@ -169,15 +184,52 @@ class Builder:
         return node_id
 
     def place_named(self, field: str, text: str, ctype: ConceptType, vector: Vector | None) -> str:
-        """A parent_of end or action target: the concept its text names (as written, else
-        the one in any case; several refuse the write), or a new one."""
-        found = self.names.named(field, text, ids_accepted=field.startswith("depends_on"))
+        """An action's produces / modifies entry: the concept its text names (as written,
+        else the one in any case; several refuse the write), or a new one; under a
+        repo_scope, a path is that repository's."""
+        scoped = self.scope.named_path(text)
+        if scoped is not None:
+            return self._place_scoped(scoped, text, vector)
+        return self.land(text, Inferred(self.names.named(field, text)), ctype, vector)
+
+    def land(self, text: str, inferred: Inferred, ctype: ConceptType, vector: Vector | None) -> str:
+        """Where a text whose concept was looked up lands: that concept, or a new one."""
+        found, key = inferred.named, inferred.key
         if found is None:
+            if key is not None:
+                return self._place_scoped(key, text, vector)
             return self.place(text, ctype, vector, merge=False)
         if not found.new:
             self._matched(found.node_id)
-        self.names.place(text, found.node_id, new=found.new)
+        if key is not None:
+            self.scope.place_scoped(key, text, found.node_id, new=found.new)
+        else:
+            self.names.place(text, found.node_id, new=found.new)
         return found.node_id
+
+    def _end_lander(self, vectors: list[Vector]) -> Callable[[str, Inferred], str]:
+        """Lands a parent_of pair's ends in order, each with its vector (if any)."""
+        left = iter(vectors)
+
+        def land_end(text: str, inferred: Inferred) -> str:
+            return self.land(text, inferred, ConceptType.ENTITY, next(left, None))
+
+        return land_end
+
+    def _place_scoped(self, key: ScopedKey, text: str, vector: Vector | None) -> str:
+        """A repository's path: the concept at its key, else a new scoped Resource, whose
+        content keeps this first spelling; never merged by similarity (spec: Exact text)."""
+        found = self.scope.scoped(key)
+        if found is not None:
+            node_id = found.node_id
+            if not found.new:
+                self._matched(node_id)
+        else:
+            node_id = self._create(
+                text, canonical_key(text), ConceptType.RESOURCE, vector, repo=key.repo
+            )
+        self.scope.place_scoped(key, text, node_id, new=node_id in self.plan.created)
+        return node_id
 
     def _matched(self, node_id: str) -> None:
         if node_id not in self.plan.matched and node_id not in self.plan.created:
@@ -203,6 +255,7 @@ class Builder:
         candidate = self.graph.concept(node_id)
         return (
             candidate is not None
+            and not candidate.repo_scope  # nothing merges into a scoped path
             and merge_refused(self._facts(content), self._facts(candidate.content)) is None
         )
 
@@ -221,7 +274,15 @@ class Builder:
                 return node_id
         return None
 
-    def _create(self, content: str, key: str, ctype: ConceptType, vector: Vector | None) -> str:
+    def _create(
+        self,
+        content: str,
+        key: str,
+        ctype: ConceptType,
+        vector: Vector | None,
+        *,
+        repo: str | None = None,
+    ) -> str:
         node_id = new_id()
         self.plan.batch.concepts.append(
             Concept(
@@ -234,6 +295,7 @@ class Builder:
                 about_time=self.about,
                 agent_id=self.agent_id,
                 interaction_id=self.interaction_id,
+                repo_scope=repo,
                 vector=vector,
             )
         )
@@ -376,7 +438,7 @@ class Builder:
     def _check_ref(self, field: str, ref: dict[str, Any]) -> str:
         """The node a reference fixed at admission still names, or the receipt's refusal."""
         node_id = str(ref["node_id"])
-        if not still_names(str(ref["ref"]), node_id, self.graph):
+        if not self.scope.still_names(str(ref["ref"]), node_id):
             raise refuse_changed(field, str(ref["ref"]))
         return node_id
 
@@ -424,12 +486,10 @@ class Builder:
         offset = len(concepts)
         hierarchy: list[tuple[str, str]] = []
         for i, pair in enumerate(payload["parent_of"]):
-            ends = []
-            for j, end in enumerate(("parent", "child")):
-                vector = vectors[offset + 2 * i + j] if vectors is not None else None
-                field_name = f"parent_of[{i}].{end}"
-                ends.append(self.place_named(field_name, pair[end], ConceptType.ENTITY, vector))
-            hierarchy.append((ends[0], ends[1]))
+            end_vectors = vectors[offset + 2 * i : offset + 2 * i + 2] if vectors else []
+            land_end = self._end_lander(end_vectors)
+            ends = self.scope.pair(f"parent_of[{i}].", pair["parent"], pair["child"], land_end)
+            hierarchy.append(ends)
             self.edge(ends[0], ends[1], EdgeType.HIERARCHICAL)
         check_hierarchy_acyclic(self.graph, hierarchy)
         self._neighbours()
@@ -457,8 +517,8 @@ class Builder:
             if dep.get("node_id"):
                 node = self._check_ref(f"depends_on[{j}]", dep)
             else:
-                where = f"depends_on[{j}]"
-                node = self.place_named(where, dep["ref"], ConceptType.ENTITY, next_vector())
+                inferred = self.scope.infer(f"depends_on[{j}]", dep["ref"], ids_accepted=True)
+                node = self.land(dep["ref"], inferred, ConceptType.ENTITY, next_vector())
             pairs.append((act, node))
             self.edge(act, node, EdgeType.DEPENDENCY)
             self.plan.citations += 1

@@ -24,6 +24,7 @@ from ..health import StoreHealth
 from ..model import IntentState, WriteBatch, WriteIntent
 from ..rates import WriteRates
 from ..receipts import ReceiptState
+from ..scoped_intent import opened, settled_form
 from ..session import Session
 from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .builder import plan_write
@@ -398,11 +399,13 @@ class WritePipeline:
         session = self.session
         replay = bool(intent.payload.get("_replay"))
         payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
+        stored_as = settled_form(payload)  # a scoped payload, without its scope once settled
         started = time.monotonic()
         if replay and self._settled_elsewhere(intent):
             return
         try:
             try:
+                payload = opened(payload)  # a stored form this build cannot apply fails here
                 vectors = self._embedding.vectors(payload)
             except HandedOn:
                 self._handed_on = intent  # the stop settles it with the rest of the queue
@@ -414,6 +417,7 @@ class WritePipeline:
             outcome = outcome_of(plan)
             plan.batch.intent_receipt_id = intent.receipt_id
             plan.batch.intent_outcome = durable_outcome(outcome)
+            plan.batch.intent_payload = stored_as
             try:
                 self._commit(plan.batch)
             except NotPending:
@@ -507,9 +511,14 @@ class WritePipeline:
         elif not detail.endswith(NOTHING_WRITTEN):
             detail += NOTHING_WRITTEN
         if not keep_intent:
+            stored = {k: v for k, v in intent.payload.items() if k != "_replay"}
             try:
                 session.store.settle_intent(
-                    intent.receipt_id, "failed", {"detail": detail}, session.clock.now()
+                    intent.receipt_id,
+                    "failed",
+                    {"detail": detail},
+                    session.clock.now(),
+                    payload=settled_form(stored),
                 )
             except FencedOut as store_exc:
                 self._lease_lost(store_exc)
