@@ -13,6 +13,11 @@ from .errors import ConfigError
 
 #: a tuple is a TOML array: of strings, or of tables for a key with its own ``parse``
 Value = str | int | float | bool | tuple[object, ...]
+# [recall] layer_relevance_floor's doc; its default is measured by tests/bench/layer_floor.py
+_LAYER_FLOOR = (
+    "the relevance (cosine to the question, else the share of its words; at least the share of "
+    "its exact names) a layer's hit needs to enter a merged recall"
+)
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,7 @@ KEYS: tuple[Key, ...] = (
         minimum=0,
         maximum=60_000,
     ),
+    Key("recall", "layer_relevance_floor", 0.375, _LAYER_FLOOR, minimum=0.0, maximum=1.0),
     # [fusion]
     Key(
         "fusion",
