@@ -11,6 +11,13 @@ from .config_key import Key, Value
 from .config_serve import SERVE_KEYS
 from .errors import ConfigError
 
+# [recall] layer_relevance_floor's doc; its default is measured by tests/bench/layer_floor.py
+_LAYER_FLOOR = (
+    "the relevance (cosine to the question, else the share of its words; at least the share of "
+    "its exact names) a layer's hit needs to enter a merged recall"
+)
+
+
 # The whole schema. Later capabilities add their keys here, in their section.
 KEYS: tuple[Key, ...] = (
     # [store]
@@ -136,6 +143,7 @@ KEYS: tuple[Key, ...] = (
         minimum=0,
         maximum=60_000,
     ),
+    Key("recall", "layer_relevance_floor", 0.375, _LAYER_FLOOR, minimum=0.0, maximum=1.0),
     # [fusion]
     Key(
         "fusion",

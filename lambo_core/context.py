@@ -20,6 +20,10 @@ SHOWN_REPO_CHARS = 200  # as inspect shows a repository
 
 PILLAR_LINE = "⚑ Load-bearing pillar — {n} nodes depend on this. Modify with caution."
 TRUNCATED_LINE = "[truncated: {n} tokens left out; lambo_inspect {id} for the full concept]"
+# a layer block's marker names the scope its id belongs to (spec: lambo_recall, Layered sessions)
+TRUNCATED_SCOPED_LINE = (
+    "[truncated: {n} tokens left out; lambo_inspect {id} (scope {scope}) for the full concept]"
+)
 
 
 def utf8_len(text: str) -> int:
@@ -53,6 +57,10 @@ class HitBlock:
     label and counts toward max_tokens. Empty, the label is as without it.
     ``placed`` says why a hit sits where its score alone would not put it (such
     as ``via graph``); it ends the label after a semicolon.
+
+    In a merged recall, ``from_session`` names the layer a hit is from (``from
+    general`` right after the id) and ``marker_scope`` the scope a cut block's
+    marker tells lambo_inspect to use. Both empty, the block is as without layers.
     """
 
     node_id: str
@@ -65,13 +73,18 @@ class HitBlock:
     also: str = ""
     placed: str = ""
     repo_scope: str = ""  # a scoped path's repository, named in its label
+    from_session: str = ""  # a layer hit's session in a merged recall ("from general")
+    marker_scope: str = ""  # the scope its truncation marker tells lambo_inspect to pass
 
     def label_suffix(self) -> str:
-        """`` [Type, canonical, repo "R"] (score S, id XXXXXXXX, also ..., blast radius N)``."""
+        """`` [Type, canonical, repo "R"] (score S, id XXXXXXXX, from L, also ..., blast
+        radius N)``."""
         kind = f"{self.type_label}, canonical" if self.canonical else self.type_label
         if self.repo_scope:
             kind += f', repo "{show_safely(self.repo_scope, SHOWN_REPO_CHARS)}"'
         meta = f"score {self.score:.2f}, id {short_id(self.node_id)}"
+        if self.from_session:
+            meta += f", from {self.from_session}"
         if self.also:
             meta += f", {self.also}"
         if self.blast_radius > 0:
@@ -167,7 +180,10 @@ def truncate_block(block: HitBlock, budget: int) -> str | None:
 
 
 def _marker(block: HitBlock, left_out_bytes: int) -> str:
-    return TRUNCATED_LINE.format(n=tokens_for_bytes(left_out_bytes), id=short_id(block.node_id))
+    n, node = tokens_for_bytes(left_out_bytes), short_id(block.node_id)
+    if block.marker_scope:
+        return TRUNCATED_SCOPED_LINE.format(n=n, id=node, scope=block.marker_scope)
+    return TRUNCATED_LINE.format(n=n, id=node)
 
 
 def _longest_prefix(block: HitBlock, budget: int, fixed: int, full: int) -> int | None:

@@ -11,6 +11,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..model import Vector
 
 LEG_CACHE_SIZE = 128  # recalls remembered per session
 SUMMARY_CACHE_SIZE = 200_000  # about 250 bytes each: 50 MB at most, 25 MB at 100k concepts
@@ -36,6 +40,9 @@ class LegResults:
     named: list[tuple[str, float]] = field(default_factory=list)
     depth: int = 0
     vector_ran: bool = False
+    # the question's embedding when the vector leg ran: a hit's cosine to it is its
+    # relevance on one scale across sessions (a layer's relevance floor)
+    query_vector: Vector | None = None
 
 
 class LegCache:

@@ -161,6 +161,7 @@ def run_legs(
             )
         out.vector = matrix.top_k(vector, depth)
         out.vector_ran = True
+        out.query_vector = vector
     if LEG_RECENT in legs:
         with index.lock:
             out.recent = _recent_leg(index.graph, depth)

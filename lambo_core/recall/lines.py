@@ -305,8 +305,11 @@ def describe(
     history: Callable[[str], str | None] = lambda _node_id: None,
     notes: Annotator | None = None,
     skipped: Mapping[str, Sequence[Skipped]] | None = None,
-) -> tuple[list[HitBlock], list[dict[str, Any]], list[str]]:
-    """Blocks, structured hits and warning lines for the picked hits (lock held).
+) -> tuple[list[HitBlock], list[dict[str, Any]], list[tuple[str, ...]]]:
+    """Blocks, structured hits and each hit's warning lines for the picked hits (lock held).
+
+    The warnings are the block's lines less the superseded history, which ends
+    the block and is not a warning.
 
     A hit's lines, in order: the pillar line, the high-risk alert, conflicts,
     its Contradicted line, rests-on lines, possibly superseded, then (for a
@@ -317,7 +320,7 @@ def describe(
     """
     blocks: list[HitBlock] = []
     hits: list[dict[str, Any]] = []
-    lines: list[str] = []
+    lines: list[tuple[str, ...]] = []
     shown = {pick.cand.node_id for pick in picks}
     for pick in picks:
         cand = pick.cand
@@ -378,5 +381,5 @@ def describe(
         if also:
             hit["skipped_redundant"] = skipped_structured(also)
         hits.append(hit)
-        lines.extend(own)
+        lines.append(tuple(own))
     return blocks, hits, lines

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..canon.history import CanonHistory
 from ..canon.rules import CanonRules
-from ..context import HitBlock, render_context
+from ..context import render_context
 from ..index.caches import LegResults
 from ..model import EdgeType
 from ..selection import select_distinct
+from ..text import fold_case
 from .dependency import DependencyAnchor, dependency_header, find_dependency_anchor
 from .fusion import Candidate, Ranking, Scorer, coverage, fuse, order_candidates, rank_key
 from .legs import ALL_LEGS, CANDIDATES_PER_HIT, LEG_VECTOR, keyword_query, run_legs, vector_state
@@ -29,6 +30,8 @@ from .lines import (
 )
 from .names import NameMatcher, name_shares
 from .repo_subject import repository_of_subject
+from .part_hits import QueryRelevance, part_hits
+from .parts import DependencyPart, RecallParts
 from .request import RecallDefaults, RecallRequest, RecallResult, parse_request
 
 if TYPE_CHECKING:
@@ -63,7 +66,7 @@ def recall(
     listing: Callable[[str], bool] | None = None,
     canon_history: CanonHistory | None = None,
 ) -> RecallResult:
-    """Answer one lambo_recall call.
+    """Answer one lambo_recall call: ``recall_parts`` rendered by ``finish``.
 
     ``holder`` answers who holds a ``lambo_reserve`` lock on a node (the
     serve's ``LockTable.holder``), for the conflict lines. ``listing`` is the
@@ -76,6 +79,37 @@ def recall(
     ``normalize`` (see ``fuse``) are for the benchmarks: the served recall runs
     every leg it can and normalizes whenever the vector leg ran.
     """
+    parts = recall_parts(
+        session,
+        args,
+        defaults=defaults,
+        ranking=ranking,
+        legs=legs,
+        normalize=normalize,
+        holder=holder,
+        listing=listing,
+        canon_history=canon_history,
+    )
+    return finish(session, parts)
+
+
+def recall_parts(
+    session: Session,
+    args: Mapping[str, Any],
+    *,
+    defaults: RecallDefaults,
+    ranking: Ranking | None = None,
+    legs: Collection[str] = ALL_LEGS,
+    normalize: bool | None = None,
+    holder: Holder | None = None,
+    listing: Callable[[str], bool] | None = None,
+    canon_history: CanonHistory | None = None,
+) -> RecallParts:
+    """What one lambo_recall call of ``session`` finds, before rendering (see ``recall``).
+
+    Records no access counts: whoever renders the hits does (``finish``, or the
+    caller of a merged recall for the hits it shows).
+    """
     request = parse_request(session, args, defaults)
     ranking = ranking or Ranking()
     index = session.index
@@ -87,7 +121,13 @@ def recall(
         if anchor is not None:
             anchor, ambiguous = repository_of_subject(graph, anchor, request.query)
             if ambiguous is not None:  # a path in several repositories: none is answered
-                return _finish(session, request, [], [], [ambiguous], header=None)
+                return RecallParts(
+                    session=session.name,
+                    top_k=request.top_k,
+                    max_tokens=request.max_tokens,
+                    hits=(),
+                    warnings=(ambiguous,),
+                )
             return _dependency_answer(session, request, anchor, defaults, now, ranking)
 
     embedder, skipped_leg = (None, None)
@@ -132,7 +172,7 @@ def recall(
             keep_past=notes.conflicted,
         )
         shown_history = canon_history or CanonHistory(session, CanonRules())
-        blocks, hits, lines = describe(
+        described = describe(
             graph,
             picks,
             defaults,
@@ -141,11 +181,17 @@ def recall(
             notes=notes,
             skipped=selection.skipped,
         )
+        relevance = QueryRelevance(graph, request.query, leg_results, vectors)
+        hits = part_hits(graph, picks, described, relevance, notes)
 
-    if skipped_leg is not None:
-        lines.insert(0, skipped_leg.warning)
-    notice = skipped_leg.notice if skipped_leg is not None else None
-    return _finish(session, request, blocks, hits, lines, header=None, notice=notice)
+    return RecallParts(
+        session=session.name,
+        top_k=request.top_k,
+        max_tokens=request.max_tokens,
+        hits=tuple(hits),
+        warnings=(skipped_leg.warning,) if skipped_leg is not None else (),
+        notice=skipped_leg.notice if skipped_leg is not None else None,
+    )
 
 
 def _leg_results(
@@ -224,7 +270,7 @@ def _dependency_answer(
     defaults: RecallDefaults,
     now: float,
     ranking: Ranking,
-) -> RecallResult:
+) -> RecallParts:
     """X's direct dependents, ranked like hits (lock held)."""
     graph = session.index.graph
     scorer = Scorer(session, now, ranking)
@@ -236,26 +282,29 @@ def _dependency_answer(
     ranked = sorted(cands, key=lambda c: rank_key(c, ranking))
     top = [Pick(c) for c in ranked[: request.top_k]]
     notes = Annotator(graph, now, defaults, scorer.view, caller=request.agent_id)
-    blocks, hits, lines = describe(graph, top, defaults, now, traversal=True, notes=notes)
+    described = describe(graph, top, defaults, now, traversal=True, notes=notes)
+    hits = part_hits(graph, top, described, None, None)
     target = graph.concept(anchor.node_id)
     content = target.content if target is not None else anchor.node_id
+    key = target.canonical_key if target is not None else anchor.node_id
     header = dependency_header(content, anchor.node_id, len(ranked), len(top))
-    return _finish(session, request, blocks, hits, lines, header=header)
+    return RecallParts(
+        session=session.name,
+        top_k=request.top_k,
+        max_tokens=request.max_tokens,
+        hits=tuple(hits),
+        dependency=DependencyPart(anchor.node_id, content, fold_case(key), header),
+    )
 
 
-def _finish(
-    session: Session,
-    request: RecallRequest,
-    blocks: list[HitBlock],
-    hits: list[dict[str, Any]],
-    warnings: list[str],
-    *,
-    header: str | None,
-    notice: str | None = None,
-) -> RecallResult:
-    rendered = render_context(blocks, request.max_tokens, header=header, notice=notice)
+def finish(session: Session, parts: RecallParts) -> RecallResult:
+    """``parts`` rendered alone, as an unlayered session answers; records the access counts."""
+    blocks = [hit.block for hit in parts.hits]
+    hits = [dict(hit.hit) for hit in parts.hits]
+    header = parts.dependency.header if parts.dependency is not None else None
+    rendered = render_context(blocks, parts.max_tokens, header=header, notice=parts.notice)
     # The MCP shape marks only the cut hit (included_in_context is the detailed recall's).
     if rendered.truncated is not None:
         hits[rendered.truncated]["truncated_in_context"] = True
     session.access_counts.record(hit["node_id"] for hit in hits)
-    return RecallResult(rendered.context, hits, warnings)
+    return RecallResult(rendered.context, hits, parts.all_warnings())

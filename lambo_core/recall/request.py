@@ -54,6 +54,8 @@ class RecallDefaults:
     supersession_line: str = "auto"
     # [recall] model_wait_ms: how long a recall waits for a model still loading
     model_wait_ms: int = 3000
+    # [recall] layer_relevance_floor: what a layer's hit needs to enter a merged recall
+    layer_relevance_floor: float = 0.375
 
     @classmethod
     def from_config(cls, config: Config) -> RecallDefaults:
@@ -66,6 +68,7 @@ class RecallDefaults:
             selection=SelectionRules.from_config(config),
             supersession_line=str(config.get("embedder.suspected_supersession_line")),
             model_wait_ms=int(config.get("recall.model_wait_ms")),
+            layer_relevance_floor=float(config.get("recall.layer_relevance_floor")),
         )
 
 

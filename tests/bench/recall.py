@@ -1,4 +1,4 @@
-"""lambo_recall latency at 1k, 10k and 100k concepts. Run by hand: ``python tests/bench/recall.py``.
+"""lambo_recall latency at 1k, 10k and 100k concepts. Run by hand: ``python -m tests.bench.recall``.
 
 Builds (once, cached under /tmp/lambo-bench) a SQLite session per size through
 the store directly, not the write pipeline: short texts over a Zipf
@@ -24,6 +24,12 @@ Every size is measured at 384 dimensions (MiniLM's, so the query can be
 embedded for real) and, at 100k, also at 1024 (BGE-M3's, the default
 embedder): the scan grows with the width while the keyword leg and the
 ranking do not, so the ratio to the floor depends on it.
+
+Then the merged recall of issue #17: a session layered with ``general`` (two sessions of
+one store, 10k concepts each by default, ``--merged-sizes``), timed as ``recall_parts`` of
+each session and ``merge_recall`` of the two, beside the session's own unlayered ``recall``,
+with the same kind of fresh query alternating (medians side by side, nothing asserted;
+``--merged-only`` runs just these rows).
 
 Options: ``--dims`` (default 384,1024; widths other than 384 run only the
 100k size unless ``--sizes`` says otherwise), ``--reps N`` (default 201),
@@ -63,6 +69,8 @@ from lambo_core.model import (  # noqa: E402
     WriteBatch,
 )
 from lambo_core.recall import RecallDefaults, recall  # noqa: E402
+from lambo_core.recall.merge import merge_recall  # noqa: E402
+from lambo_core.recall.pipeline import recall_parts  # noqa: E402
 from lambo_core.scoring import (  # noqa: E402
     start_summary_warm,
     wait_for_summaries,
@@ -73,6 +81,7 @@ from lambo_core.text import canonical_key  # noqa: E402
 from tests.embed_fixtures import minilm_source_dir  # noqa: E402
 
 SESSION = "bench"
+LAYER = "general"  # the merged recall's layer: a second session of the same store
 VOCAB = 20_000
 WORDS_PER_DOC = 8
 PER_INTERACTION = 5
@@ -109,7 +118,7 @@ def uuid_from(rng: np.random.Generator) -> str:
 
 def _edge(inter: Interaction, src: str, dst: str, kind: EdgeType, weight: float = 1.0) -> Edge:
     t = inter.created_at
-    return Edge(SESSION, src, dst, kind, weight, inter.id, "bench", t, t)
+    return Edge(inter.session, src, dst, kind, weight, inter.id, "bench", t, t)
 
 
 def build(
@@ -119,20 +128,43 @@ def build(
     *,
     embedder: Embedder | None = None,
     text_of: Callable[[int], str] | None = None,
+    sessions: Sequence[str] = (SESSION,),
 ) -> None:
     """Write the session. With ``embedder`` its vectors are the model's (and the session is
     stamped with its contract, so a serve configured with that model opens it); with
     ``text_of`` concept ``i`` reads ``text_of(i)`` instead of Zipf words (tests/bench/http.py
-    uses both). Without them the draws are the same as ever, so cached stores keep."""
+    uses both). Without them the draws are the same as ever, so cached stores keep.
+    ``sessions``: each gets ``n`` concepts of its own, the later ones drawn after the first."""
     rng = np.random.default_rng(20240611)
     words = vocabulary(rng)
     tmp = path.with_suffix(".building")
     for leftover in tmp.parent.glob(tmp.name + "*"):
         leftover.unlink()
     store = SqliteStore(tmp)
-    store.ensure_session(SESSION, T0)
+    for name in sessions:
+        _build_session(store, name, n, dim, rng, words, embedder=embedder, text_of=text_of)
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        leftover = Path(str(tmp) + suffix)
+        if leftover.exists():
+            leftover.unlink()
+    tmp.rename(path)
+
+
+def _build_session(
+    store: SqliteStore,
+    session: str,
+    n: int,
+    dim: int,
+    rng: np.random.Generator,
+    words: list[str],
+    *,
+    embedder: Embedder | None,
+    text_of: Callable[[int], str] | None,
+) -> None:
+    store.ensure_session(session, T0)
     contract = embedder.contract if embedder is not None else make_contract("random", "bench", dim)
-    store.stamp_contract(SESSION, dict(contract))
+    store.stamp_contract(session, dict(contract))
     ids: list[str] = []
     t0 = time.perf_counter()
     for start in range(0, n, BATCH):
@@ -152,7 +184,7 @@ def build(
         for first in range(0, count, PER_INTERACTION):  # one interaction: one batch
             now = T0 + start + first
             inter = Interaction(
-                uuid_from(rng), SESSION, "bench", InteractionKind.DERIVE, now, now, "bench"
+                uuid_from(rng), session, "bench", InteractionKind.DERIVE, now, now, "bench"
             )
             concepts: list[Concept] = []
             edges: list[Edge] = []
@@ -162,7 +194,7 @@ def build(
                 concepts.append(
                     Concept(
                         id=node,
-                        session=SESSION,
+                        session=session,
                         content=text,
                         canonical_key=canonical_key(text),
                         concept_type=TYPES[int(rng.integers(len(TYPES)))],
@@ -181,16 +213,10 @@ def build(
                     dst = ids[int(rng.integers(len(ids)))]
                     edges.append(_edge(inter, node, dst, EdgeType.DEPENDENCY))
                 ids.append(node)
-            store.apply(WriteBatch(SESSION, interaction=inter, concepts=concepts, edges=edges))
+            store.apply(WriteBatch(session, interaction=inter, concepts=concepts, edges=edges))
         if (start // BATCH) % 20 == 0:
             print(f"  built {start + count:>7} / {n}  ({time.perf_counter() - t0:.1f} s)")
-    store.close()
-    for suffix in ("-wal", "-shm"):
-        leftover = Path(str(tmp) + suffix)
-        if leftover.exists():
-            leftover.unlink()
-    tmp.rename(path)
-    print(f"  built {n} concepts in {time.perf_counter() - t0:.1f} s -> {path}")
+    print(f"  built {n} concepts of {session} in {time.perf_counter() - t0:.1f} s")
 
 
 class SwitchEmbedder:
@@ -310,6 +336,89 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
     return out
 
 
+def measure_merged(path: Path, n: int, dim: int, reps: int) -> dict[str, Any]:
+    """The session alone beside the session merged with its layer (``n`` concepts each, two
+    sessions of one store, in one process): the same fresh query, one call of each in turn;
+    the merged one is ``recall_parts`` of each session and ``merge_recall`` of the two."""
+    rng = np.random.default_rng(n + 1)
+    words = vocabulary(np.random.default_rng(20240611))
+    embedder = SwitchEmbedder(dim, None)
+    store = SqliteStore(path)
+    sessions = [
+        Session.open(store, name, EmbedderPlan.ready(embedder)) for name in (SESSION, LAYER)
+    ]
+    for session in sessions:
+        assert session.plan.lazy is not None and session.plan.lazy.wait(10)
+        start_summary_warm(session.index)
+        assert wait_for_summaries(session.index, 60)
+    own, layer = sessions
+    histories = [CanonHistory(session, CanonRules()) for session in sessions]
+    defaults = RecallDefaults()
+    floors = {LAYER: defaults.layer_relevance_floor}
+
+    def query(tag: str, i: int) -> dict[str, Any]:
+        terms = [words[int(r)] for r in rng.integers(50, 5000, size=3)]
+        text = " ".join(terms) + f" {tag}{i}"
+        q = rng.standard_normal(dim).astype(np.float32)
+        embedder.prepared[text] = q / np.linalg.norm(q)
+        return {"agent_id": "b", "query": text}
+
+    def merged(args: dict[str, Any]) -> Any:
+        got = [
+            recall_parts(s, args, defaults=defaults, canon_history=h)
+            for s, h in zip(sessions, histories, strict=True)
+        ]
+        return merge_recall(
+            SESSION, got[0], [(LAYER, got[1])], top_k=5, max_tokens=500, floors=floors
+        )
+
+    for i in range(5):  # warm both sessions
+        merged(query("warm", i))
+    plain: list[float] = []
+    both: list[float] = []
+    layer_hits: list[int] = []
+    for i in range(reps):
+        args = query("p", i)
+        t = time.perf_counter()
+        recall(own, args, defaults=defaults, canon_history=histories[0])
+        plain.append(time.perf_counter() - t)
+        args = query("m", i)
+        t = time.perf_counter()
+        result = merged(args)
+        both.append(time.perf_counter() - t)
+        layer_hits.append(sum(hit["session"] == LAYER for hit in result.hits))
+        for session in sessions:
+            session.access_counts.drain()
+    store.close()
+    return {
+        "n": n,
+        "plain": (percentile(plain, 0.5), percentile(plain, 0.95)),
+        "merged": (percentile(both, 0.5), percentile(both, 0.95)),
+        "layer_hits": statistics.mean(layer_hits),
+        "layer": len(layer.index.graph),
+    }
+
+
+def print_merged(rows: list[dict[str, Any]], reps: int) -> None:
+    print()
+    print(
+        f"merged recall (session + layer {LAYER!r}, two sessions of one store, in process) "
+        f"beside the session alone; 384 dims, excluding the query embedding; {reps} calls each"
+    )
+    print(
+        f"{'concepts':>9}{'layer':>8}{'alone p50':>11}{'merged p50':>12}{'alone p95':>11}"
+        f"{'merged p95':>12}{'ratio':>7}{'layer hits':>12}"
+    )
+    print("-" * 82)
+    for r in rows:
+        print(
+            f"{r['n']:>9}{r['layer']:>8}{r['plain'][0]:>11.2f}{r['merged'][0]:>12.2f}"
+            f"{r['plain'][1]:>11.2f}{r['merged'][1]:>12.2f}"
+            f"{r['merged'][0] / r['plain'][0]:>6.2f}x{r['layer_hits']:>12.2f}"
+        )
+    print("times in ms; layer hits = mean hits from the layer per merged result")
+
+
 def load_model(dim: int) -> OnnxEmbedder | None:
     if dim != 384:
         return None
@@ -326,7 +435,25 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=201)
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument(
+        "--merged-sizes", default="10000", help="concepts per session of the merged rows"
+    )
+    parser.add_argument("--merged-only", action="store_true", help="only the merged rows")
     args = parser.parse_args()
+    merged_sizes = [int(n) for n in args.merged_sizes.split(",") if n.strip()]
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    merged_rows = []
+    for n in merged_sizes:
+        path = CACHE_DIR / f"recall-layered-{n}-384.db"
+        if args.rebuild and path.exists():
+            path.unlink()
+        if not path.exists():
+            print(f"building {path} ...")
+            build(path, n, 384, sessions=(SESSION, LAYER))
+        merged_rows.append(measure_merged(path, n, 384, args.reps))
+    if args.merged_only:
+        print_merged(merged_rows, args.reps)
+        return
     plan: list[tuple[int, int]] = []  # (dim, n)
     for dim in (int(d) for d in args.dims.split(",")):
         default = "1000,10000,100000" if dim == 384 else "100000"
@@ -373,6 +500,7 @@ def main() -> None:
         )
     print()
     print("times in ms; floor = one numpy M @ q over the session's matrix, same run")
+    print_merged(merged_rows, args.reps)
 
 
 if __name__ == "__main__":
