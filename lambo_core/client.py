@@ -23,6 +23,7 @@ import anyio
 import anyio.to_thread
 
 from .config import Config
+from .embed.loader import LoadedModels
 from .errors import ConflictError, ErrorKind, LamboError
 from .hub import (
     Forwarder,
@@ -33,10 +34,9 @@ from .hub import (
     holder_description,
     lease_free,
 )
+from .layers.handle import LayerHandle
 from .limits import WAIT_MS_MAX
 from .model import Lease
-from .embed.loader import LoadedModels
-from .layers.handle import LayerHandle
 from .serve import (
     ServeOptions,
     attach_layers,

@@ -30,14 +30,14 @@ from .daemon import Daemon
 from .embed.loader import LoadedModels
 from .errors import ConfigError, ConflictError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, holder_dead_here, http_refusal, lease_free
+from .layers.handle import LayerHandle
+from .layers.internal import INTERNAL_TOOLS, answer_internal, socket_tool_names
+from .layers.service import LayeredService
 from .mcp.refusals import ProtocolRefusal
 from .mcp.relay import Outstanding, serve_connection
 from .mcp.server import build_server
 from .mcp.stdio import bounded_stdio_server
 from .scoring import start_summary_warm
-from .layers.handle import LayerHandle
-from .layers.internal import INTERNAL_TOOLS, answer_internal, socket_tool_names
-from .layers.service import LayeredService
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
 from .store import open_store
@@ -155,7 +155,11 @@ def tool_names() -> list[str]:
 
 
 async def attach_layers(
-    config: Config, options: ServeOptions, service: MemoryService, models: LoadedModels, store: Store
+    config: Config,
+    options: ServeOptions,
+    service: MemoryService,
+    models: LoadedModels,
+    store: Store,
 ) -> tuple[LayeredService, list[LayerHandle]]:
     """Attach each of ``options.layers`` to ``service``'s session: a serve of the layer on
     the same store and models, which holds it, forwards to its holder, or keeps electing."""

@@ -31,7 +31,8 @@ from .limits import WAIT_MS_MAX
 from .locks import LockTable, run_reserve
 from .model import Status
 from .recall import Ranking, RecallDefaults, recall
-from .recall.parts import RecallParts, recall_parts
+from .recall.parts import RecallParts
+from .recall.pipeline import recall_parts
 from .receipts import ReceiptView, render_line, render_piggyback, to_structured
 from .saints import run_saints
 from .session import Session, describe_contract

@@ -120,7 +120,10 @@ def test_serve_takes_the_configured_layers(tmp_path: Path, started: list[Any]) -
     result = serve(tmp_path, "--transport", "http", toml=toml)
     assert result.exit_code == 0, result.output
     assert started == [
-        [ServeOptions(session="lambo", layers=("general",)), ServeOptions(session="general")]
+        [
+            ServeOptions(session="lambo", layers=("general",)),
+            ServeOptions(session="general", as_layer=True),
+        ]
     ]
 
 

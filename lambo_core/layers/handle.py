@@ -11,17 +11,30 @@ sessions"; lambo_derive, "Writing to a layer".
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
+from ..errors import LamboError
 from ..hub.answers import answered_by_hub
-
-if TYPE_CHECKING:
-    from ..serve import Serve
+from ..hub.election import SessionHub
 
 log = logging.getLogger(__name__)
 
 #: what a caller can see of a layer
 LayerState = Literal["serving", "unreachable", "detaching", "failed"]
+
+
+class LayerServe(Protocol):
+    """What a layer's handle needs of the serve it runs (``serve.Serve``)."""
+
+    hub: SessionHub
+    error: LamboError | None
+    unfinished: bool
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class LayerUnavailable(Exception):
@@ -38,7 +51,7 @@ class LayerHandle:
     """A layer attached by this serve: ``call`` answers through the layer's own service,
     wherever it runs; ``state`` says whether it can."""
 
-    def __init__(self, name: str, serve: Serve) -> None:
+    def __init__(self, name: str, serve: LayerServe) -> None:
         self.name = name
         self.serve = serve
         self._detaching = False
@@ -62,7 +75,9 @@ class LayerHandle:
             return "serving"
         return "unreachable"
 
-    async def call(self, tool: str, arguments: dict[str, Any], *, probe: bool = False) -> Any:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], *, probe: bool = False
+    ) -> dict[str, Any]:
         """The layer's answer to ``tool`` (an internal tool's structured content, or a
         public tool's result dict), or ``LayerUnavailable``. With ``probe`` a layer that is
         not serving right now is unavailable at once (its election is asked to take the

@@ -93,9 +93,7 @@ async def answer_internal(
     return ToolResult(texts=[""], structured=structured).to_json()
 
 
-async def _structured(
-    service: MemoryService, tool: str, args: Mapping[str, Any]
-) -> dict[str, Any]:
+async def _structured(service: MemoryService, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
     if tool == LAYER_RECALL:
         parts = await service.recall_parts(_object(args, "arguments"))
         return parts.to_json()

@@ -20,13 +20,12 @@ import anyio.to_thread
 from ..args import check_scope
 from ..errors import ConfigError, ConflictError, LamboError
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
-from ..receipts import render_line, to_structured
-from ..receipts.ledger import PIGGYBACK_MAX
 from ..recall.merge import merge_recall, shown_ids
 from ..recall.parts import PartsError, RecallParts
+from ..receipts import PIGGYBACK_MAX, render_line, to_structured
+from ..receipts.layered import fair_shares, layer_down_view
 from ..service import ToolResult
 from ..writes.cross_session import references_of, resolve_refs
-from ..receipts.layered import fair_shares, layer_down_view
 from .handle import LayerHandle, LayerUnavailable
 from .internal import (
     LAYER_CALL,
@@ -229,7 +228,7 @@ class LayeredService:
             result = _with_session(result, handle.name)
             structured = result.get("structuredContent")
             if isinstance(structured, dict):
-                structured.setdefault("warnings", []).append(layer_hit_warning(handle.name))
+                structured.setdefault("warnings", []).insert(0, layer_hit_warning(handle.name))
         return result
 
     async def _write_layer(

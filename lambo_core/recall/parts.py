@@ -169,6 +169,7 @@ _BLOCK_FIELDS: Mapping[str, type | tuple[type, ...]] = {
     "blast_radius": int,
     "also": str,
     "placed": str,
+    "repo_scope": str,
     "from_session": str,
     "marker_scope": str,
 }

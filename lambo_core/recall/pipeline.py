@@ -29,9 +29,9 @@ from .lines import (
     shows_supersession_line,
 )
 from .names import NameMatcher, name_shares
-from .repo_subject import repository_of_subject
 from .part_hits import QueryRelevance, part_hits
 from .parts import DependencyPart, RecallParts
+from .repo_subject import repository_of_subject
 from .request import RecallDefaults, RecallRequest, RecallResult, parse_request
 
 if TYPE_CHECKING:

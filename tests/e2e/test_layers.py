@@ -33,6 +33,10 @@ def params(home: Path, session: str) -> StdioServerParameters:
     )
 
 
+def text_of(result: Any) -> str:
+    return str(result.content[0].text)
+
+
 async def recall(client: Client, query: str, **extra: Any) -> dict[str, Any]:
     arguments = {"agent_id": AGENT, "query": query, **extra}
     return body(await client.call_tool("lambo_recall", arguments))
@@ -50,7 +54,7 @@ async def settled(client: Client, receipt: str) -> str:
 def test_two_projects_share_general_and_survive_its_holder_dying(served_home: Path) -> None:
     async def scenario() -> None:
         async with Client(params(served_home, "proj-a")) as a:
-            assert "also searches its shared layers: general" in (a.server_instructions or "")
+            assert "also searches its shared layers: general" in (a.instructions or "")
             holder = body(await a.call_tool("lambo_stats", {"agent_id": AGENT}))["holder_pid"]
             ack = await a.call_tool(
                 "lambo_derive",
@@ -62,7 +66,7 @@ def test_two_projects_share_general_and_survive_its_holder_dying(served_home: Pa
             )
             written = body(ack)
             assert written["session"] == "general"
-            assert ack.content[0].text.splitlines()[-1] == (
+            assert text_of(ack).splitlines()[-1] == (
                 "written to session 'general'; writes to different sessions have no "
                 "ordering between them"
             )
@@ -96,7 +100,7 @@ def test_two_projects_share_general_and_survive_its_holder_dying(served_home: Pa
                     "lambo_inspect", {"agent_id": AGENT, "focus": node, "scope": "general"}
                 )
                 assert not inspected.is_error, inspected.content
-                assert PREFERENCE in inspected.content[0].text
+                assert PREFERENCE in text_of(inspected)
                 unscoped = await b.call_tool("lambo_inspect", {"agent_id": AGENT, "focus": node})
                 assert unscoped.is_error  # its id belongs to general, not to proj-b
 
@@ -114,7 +118,7 @@ def test_two_projects_share_general_and_survive_its_holder_dying(served_home: Pa
                     )
                     if not scoped.is_error:
                         break
-                    assert "is not serving right now" in scoped.content[0].text
+                    assert "is not serving right now" in text_of(scoped)
                 else:
                     raise AssertionError("general did not come back in 30 calls")
                 back = await recall(b, "how are worktree branches rebased")
