@@ -18,13 +18,13 @@ import anyio
 import anyio.to_thread
 
 from ..args import check_scope
-from ..errors import ConfigError, ConflictError, LamboError
+from ..errors import ConfigError, ConflictError, LamboError, internal_fault
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
 from ..recall.merge import merge_recall, shown_ids
 from ..recall.parts import PartsError, RecallParts
 from ..receipts import PIGGYBACK_MAX, render_line, to_structured
 from ..receipts.layered import fair_shares, layer_down_view
-from ..service import ToolResult
+from ..service import ToolResult, UnknownTool
 from ..writes.cross_session import references_of, resolve_refs
 from .handle import LayerHandle, LayerUnavailable
 from .internal import (
@@ -109,6 +109,17 @@ class LayeredService:
         self._written: set[tuple[str, str]] = set()
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """One public call's answer (a CallToolResult dict); a fault is an internal error
+        result with the detail logged, as the session's own service answers one."""
+        try:
+            return await self._call(tool, arguments)
+        except (UnknownTool, anyio.get_cancelled_exc_class()):
+            raise
+        except Exception as exc:
+            log.exception("%s failed in layered session %s", tool, self.name)
+            return ToolResult.error(internal_fault(repr(exc)).render()).to_json()
+
+    async def _call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(arguments, dict):
             return (await self.service.call(tool, arguments)).to_json()
         if tool == "lambo_stats":
