@@ -68,7 +68,13 @@ def _object(args: Mapping[str, Any], key: str) -> dict[str, Any]:
 async def answer_internal(
     service: MemoryService, tool: str, args: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """One internal tool's answer (a CallToolResult dict), from this hub's ``service``."""
+    """One internal tool's answer (a CallToolResult dict), from this hub's ``service``.
+
+    Only a session attached as another's layer is asked these: a holder that opened it
+    as a plain session marks it a shared layer on the first one (so its writes refuse
+    bare relative paths from then on, whoever attached it)."""
+    if not service.session.shared_layer:
+        await anyio.to_thread.run_sync(service.session.mark_shared_layer)
     try:
         if tool == LAYER_CALL:
             name = _text(args, "tool")
