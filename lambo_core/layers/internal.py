@@ -73,9 +73,9 @@ async def answer_internal(
     Only a session attached as another's layer is asked these: a holder that opened it
     as a plain session marks it a shared layer on the first one (so its writes refuse
     bare relative paths from then on, whoever attached it)."""
-    if not service.session.shared_layer:
-        await anyio.to_thread.run_sync(service.session.mark_shared_layer)
     try:
+        if not service.session.shared_layer:
+            await anyio.to_thread.run_sync(service.session.mark_shared_layer)
         if tool == LAYER_CALL:
             name = _text(args, "tool")
             if name not in SERVED_TOOLS or name in WRITE_TOOLS:
