@@ -39,6 +39,7 @@ Options: ``--dims`` (default 384,1024; widths other than 384 run only the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -70,6 +71,7 @@ from lambo_core.model import (  # noqa: E402
 )
 from lambo_core.recall import RecallDefaults, recall  # noqa: E402
 from lambo_core.recall.merge import merge_recall  # noqa: E402
+from lambo_core.recall.parts import RecallParts  # noqa: E402
 from lambo_core.recall.pipeline import recall_parts  # noqa: E402
 from lambo_core.scoring import (  # noqa: E402
     start_summary_warm,
@@ -339,7 +341,10 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
 def measure_merged(path: Path, n: int, dim: int, reps: int) -> dict[str, Any]:
     """The session alone beside the session merged with its layer (``n`` concepts each, two
     sessions of one store, in one process): the same fresh query, one call of each in turn;
-    the merged one is ``recall_parts`` of each session and ``merge_recall`` of the two."""
+    the merged one is ``recall_parts`` of each session, the layer's parts through JSON text
+    (as a layer held by another serve answers them) and ``merge_recall`` of the two. Random
+    vectors match nothing, so few layer hits pass the measured floor; the floor-0 row admits
+    every layer hit with a relevance, to time a merge that renders layer blocks too."""
     rng = np.random.default_rng(n + 1)
     words = vocabulary(np.random.default_rng(20240611))
     embedder = SwitchEmbedder(dim, None)
@@ -363,20 +368,23 @@ def measure_merged(path: Path, n: int, dim: int, reps: int) -> dict[str, Any]:
         embedder.prepared[text] = q / np.linalg.norm(q)
         return {"agent_id": "b", "query": text}
 
-    def merged(args: dict[str, Any]) -> Any:
+    def merged(args: dict[str, Any], floors: dict[str, float] = floors) -> Any:
         got = [
             recall_parts(s, args, defaults=defaults, canon_history=h)
             for s, h in zip(sessions, histories, strict=True)
         ]
+        layer_parts = RecallParts.from_json(json.loads(json.dumps(got[1].to_json())))
         return merge_recall(
-            SESSION, got[0], [(LAYER, got[1])], top_k=5, max_tokens=500, floors=floors
+            SESSION, got[0], [(LAYER, layer_parts)], top_k=5, max_tokens=500, floors=floors
         )
 
     for i in range(5):  # warm both sessions
         merged(query("warm", i))
     plain: list[float] = []
     both: list[float] = []
+    open_floor: list[float] = []
     layer_hits: list[int] = []
+    open_hits: list[int] = []
     for i in range(reps):
         args = query("p", i)
         t = time.perf_counter()
@@ -387,6 +395,11 @@ def measure_merged(path: Path, n: int, dim: int, reps: int) -> dict[str, Any]:
         result = merged(args)
         both.append(time.perf_counter() - t)
         layer_hits.append(sum(hit["session"] == LAYER for hit in result.hits))
+        args = query("z", i)
+        t = time.perf_counter()
+        result = merged(args, {LAYER: 0.0})
+        open_floor.append(time.perf_counter() - t)
+        open_hits.append(sum(hit["session"] == LAYER for hit in result.hits))
         for session in sessions:
             session.access_counts.drain()
     store.close()
@@ -395,6 +408,8 @@ def measure_merged(path: Path, n: int, dim: int, reps: int) -> dict[str, Any]:
         "plain": (percentile(plain, 0.5), percentile(plain, 0.95)),
         "merged": (percentile(both, 0.5), percentile(both, 0.95)),
         "layer_hits": statistics.mean(layer_hits),
+        "open": (percentile(open_floor, 0.5), percentile(open_floor, 0.95)),
+        "open_hits": statistics.mean(open_hits),
         "layer": len(layer.index.graph),
     }
 
@@ -415,6 +430,10 @@ def print_merged(rows: list[dict[str, Any]], reps: int) -> None:
             f"{r['n']:>9}{r['layer']:>8}{r['plain'][0]:>11.2f}{r['merged'][0]:>12.2f}"
             f"{r['plain'][1]:>11.2f}{r['merged'][1]:>12.2f}"
             f"{r['merged'][0] / r['plain'][0]:>6.2f}x{r['layer_hits']:>12.2f}"
+        )
+        print(
+            f"{'floor 0':>17}{'':>11}{r['open'][0]:>12.2f}{'':>11}{r['open'][1]:>12.2f}"
+            f"{r['open'][0] / r['plain'][0]:>6.2f}x{r['open_hits']:>12.2f}"
         )
     print("times in ms; layer hits = mean hits from the layer per merged result")
 
