@@ -65,10 +65,14 @@ class ServeOptions:
     as_layer: bool = False
 
     def layer_options(self, layer: str) -> ServeOptions:
-        """How this serve attaches ``layer``: as an unlayered session of its own."""
+        """How this serve attaches ``layer``: as an unlayered session of its own, under an
+        agent name of its own. A lease's holder is agent, host and pid, and a holder takes
+        its own lease as ours: in one process (an HTTP serve of several sessions) the
+        layer's serve would otherwise hold a lease that a served session or another
+        project's layer already holds, a second writer of it, instead of forwarding."""
         return ServeOptions(
             session=layer,
-            agent=self.agent,
+            agent=f"{self.agent}/{self.session}",
             allow_embedding_mismatch=self.allow_embedding_mismatch,
             as_layer=True,
         )

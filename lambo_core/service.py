@@ -241,12 +241,7 @@ class MemoryService:
 
     # -- lambo_stats ----------------------------------------------------------------------
     async def _stats(self, args: Mapping[str, Any]) -> ToolResult:
-        call = check_arguments("lambo_stats", args, ("agent_id", "receipt", "wait_ms"))
-        agent = check_agent_id(require(call, "agent_id"))
-        receipt_id = (
-            check_string("receipt", call["receipt"], max_bytes=128) if "receipt" in call else None
-        )
-        wait_ms = check_wait_ms(call["wait_ms"]) if "wait_ms" in call else 0
+        agent, receipt_id, wait_ms = stats_arguments(args)
         receipt: ReceiptView | None = None
         if receipt_id is not None:
             book = self.session.receipts
@@ -329,6 +324,18 @@ class MemoryService:
                 f"embedder {p['embedder_state']}",
             ]
         )
+
+
+def stats_arguments(args: Mapping[str, Any]) -> tuple[str, str | None, int]:
+    """lambo_stats' arguments, checked: its agent_id, its receipt (if any) and its wait_ms
+    (0 when omitted, clamped to WAIT_MS_MAX)."""
+    call = check_arguments("lambo_stats", args, ("agent_id", "receipt", "wait_ms"))
+    agent = check_agent_id(require(call, "agent_id"))
+    receipt_id = (
+        check_string("receipt", call["receipt"], max_bytes=128) if "receipt" in call else None
+    )
+    wait_ms = check_wait_ms(call["wait_ms"]) if "wait_ms" in call else 0
+    return agent, receipt_id, wait_ms
 
 
 def check_wait_ms(value: object) -> int:

@@ -24,7 +24,7 @@ from ..recall.merge import merge_recall, shown_ids
 from ..recall.parts import PartsError, RecallParts
 from ..receipts import PIGGYBACK_MAX, render_line, to_structured
 from ..receipts.layered import fair_shares, layer_down_view
-from ..service import ToolResult, UnknownTool
+from ..service import ToolResult, UnknownTool, stats_arguments
 from ..writes.cross_session import references_of, resolve_refs
 from .handle import LayerHandle, LayerUnavailable
 from .internal import (
@@ -326,18 +326,17 @@ class LayeredService:
         """lambo_stats: a receipt of a write sent into a layer is answered from that layer's
         book; one no serving book knows, while a layer is down, is pending."""
         service = self.service
-        receipt, agent = arguments.get("receipt"), arguments.get("agent_id")
-        if (
-            not isinstance(receipt, str)
-            or not isinstance(agent, str)
-            or service.session.receipts.issued_here(receipt)
-        ):
+        try:  # a call the tool refuses is refused before any book is asked (which delivers)
+            agent, receipt, wait_ms = stats_arguments(arguments)
+        except LamboError as exc:
+            return ToolResult.error(exc.render()).to_json()
+        if receipt is None or service.session.receipts.issued_here(receipt):
             return (await service.call("lambo_stats", arguments, piggyback=False)).to_json()
         down: list[str] = []
         for name in self.order:
-            ask = {"agent_id": agent, "via": self.name, "receipt": receipt}
-            if "wait_ms" in arguments:
-                ask["wait_ms"] = arguments["wait_ms"]
+            ask: dict[str, Any] = {"agent_id": agent, "via": self.name, "receipt": receipt}
+            if wait_ms:
+                ask["wait_ms"] = wait_ms
             try:
                 answer = _structured(await self.layers[name].call(LAYER_RECEIPT, ask, probe=True))
             except LayerUnavailable:
