@@ -181,6 +181,7 @@ class LayeredService:
         own: RecallParts | None = None
         own_error: dict[str, Any] | None = None
         layer_parts: dict[str, RecallParts | None] = {}
+        refused: dict[str, str] = {}  # what a layer refused, said once the session accepted
 
         async def read_own() -> None:
             nonlocal own, own_error
@@ -190,7 +191,7 @@ class LayeredService:
                 own_error = ToolResult.error(exc.render()).to_json()
 
         async def read_layer(name: str) -> None:
-            layer_parts[name] = await self._layer_parts(name, args)
+            layer_parts[name] = await self._layer_parts(name, args, refused)
 
         async with anyio.create_task_group() as group:
             group.start_soon(read_own)
@@ -198,6 +199,8 @@ class LayeredService:
                 group.start_soon(read_layer, name)
         if own_error is not None:
             return own_error
+        for name, text in refused.items():
+            log.warning("layer %s refused a merged recall: %s", name, text)
         assert own is not None
         merged = merge_recall(
             self.name,
@@ -211,13 +214,15 @@ class LayeredService:
         self.service.session.access_counts.record(shown_ids(merged, self.name))
         return ToolResult(texts=[merged.context], structured=merged.structured()).to_json()
 
-    async def _layer_parts(self, name: str, args: dict[str, Any]) -> RecallParts | None:
+    async def _layer_parts(
+        self, name: str, args: dict[str, Any], refused: dict[str, str]
+    ) -> RecallParts | None:
         try:
             answer = await self.layers[name].call(LAYER_RECALL, {"arguments": args}, probe=True)
         except LayerUnavailable:
             return None
-        if answer.get("isError"):  # the layer refused what the session accepted
-            log.warning("layer %s refused a merged recall: %s", name, _first_text(answer))
+        if answer.get("isError"):  # the session's own refusal of the call says why
+            refused[name] = _first_text(answer)
             return None
         try:
             return RecallParts.from_json(_structured(answer))
