@@ -159,7 +159,7 @@ def test_a_body_that_is_not_json_or_nests_too_deep_scopes_nothing() -> None:
 
 def test_buffered_body_replays_every_message_it_read() -> None:
     async def scenario() -> None:
-        sent = [
+        sent: list[dict[str, Any]] = [
             {"type": "http.request", "body": b"ab", "more_body": True},
             {"type": "http.request", "body": b"cd", "more_body": False},
             {"type": "http.disconnect"},
