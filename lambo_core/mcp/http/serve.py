@@ -1,11 +1,13 @@
 """``lambo serve --transport http``: hold every session named, then answer Streamable HTTP.
 
 Each session is a ``Serve`` of its own (lease, write queue, receipts, daemon, hub socket,
-so stdio serves and CLI calls of it forward here), all sharing one loaded model. The
-serve fails closed: off loopback it does not start without a credential, and a session
-another process holds refuses the start, naming the holder. A stop signal stops every
-session the way a stdio stop does, while HTTP still answers the calls in flight. Spec:
-"Transports", "HTTP for a machine with several independent clients".
+so stdio serves and CLI calls of it forward here), all sharing one loaded model. A layer
+([serve] layers) is one serve for the whole process, held before the sessions that read it
+(two serves of one session in one process would share a lease holder id and take the lease
+from each other). The serve fails closed: off loopback it does not start without a
+credential, and a session another process holds refuses the start, naming the holder. A
+stop signal stops every session the way a stdio stop does, while HTTP still answers the
+calls in flight. Spec: "Transports", "HTTP for a machine with several independent clients".
 """
 
 from __future__ import annotations
