@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,13 +30,14 @@ from .daemon import Daemon
 from .embed.loader import LoadedModels
 from .errors import ConfigError, ConflictError, LamboError, internal_fault
 from .hub import LeaseKeeper, SessionHub, holder_dead_here, http_refusal, lease_free
-from .layers.handle import LayerHandle
+from .layers.handle import LayerHandle, LayerServe
 from .layers.internal import INTERNAL_TOOLS, answer_internal, socket_tool_names
 from .layers.service import LayeredService
 from .mcp.refusals import ProtocolRefusal
 from .mcp.relay import Outstanding, serve_connection
 from .mcp.server import build_server
 from .mcp.stdio import bounded_stdio_server
+from .reach import reach_meta
 from .scoring import start_summary_warm
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
@@ -164,15 +165,22 @@ async def attach_layers(
     service: MemoryService,
     models: LoadedModels,
     store: Store,
+    shared: Mapping[str, LayerServe] | None = None,
 ) -> tuple[LayeredService, list[LayerHandle]]:
     """Attach each of ``options.layers`` to ``service``'s session: a serve of the layer on
-    the same store and models, which holds it, forwards to its holder, or keeps electing."""
+    the same store and models, which holds it, forwards to its holder, or keeps electing.
+    A layer in ``shared`` is already served in this process (an HTTP serve's, held for
+    all its sessions): it is used as it is, and its owner starts and stops it."""
+    shared = shared or {}
     handles = [
-        LayerHandle(name, Serve(config, options.layer_options(name), models, store=store))
+        LayerHandle(name, shared[name], owned=False)
+        if name in shared
+        else LayerHandle(name, Serve(config, options.layer_options(name), models, store=store))
         for name in options.layers
     ]
     for handle in handles:
-        await handle.start()
+        if handle.owned:
+            await handle.start()
     floor = float(config.get("recall.layer_relevance_floor"))
     layered = LayeredService(service, handles, floors=dict.fromkeys(options.layers, floor))
     return layered, handles
@@ -188,9 +196,13 @@ class Serve:
         models: LoadedModels | None = None,
         *,
         store: Store | None = None,
+        layer_serves: Mapping[str, LayerServe] | None = None,
     ) -> None:
         self.config = config
         self.options = options
+        #: serves of this serve's layers that run in this process already (an HTTP serve
+        #: holds each layer once for all its sessions); the others it attaches itself
+        self.layer_serves = dict(layer_serves or {})
         sqlite = config.store_kind == "sqlite"
         #: a layer's serve shares its session's store (one connection, one RAM store)
         self._owns_store = store is None
@@ -259,7 +271,7 @@ class Serve:
 
     async def _attach_layers(self, service: MemoryService) -> LayeredService:
         layered, self.layers = await attach_layers(
-            self.config, self.options, service, self.models, self.store
+            self.config, self.options, service, self.models, self.store, self.layer_serves
         )
         return layered
 
@@ -287,7 +299,8 @@ class Serve:
             self.unfinished = True
         for handle in layers:  # after the session: its calls into them have ended
             await handle.close()
-            self.unfinished = self.unfinished or handle.serve.unfinished
+            if handle.owned:  # a shared layer's serve is its owner's to account for
+                self.unfinished = self.unfinished or handle.serve.unfinished
         return outcome.clean
 
     async def start(self) -> None:
@@ -340,7 +353,7 @@ class Serve:
         if self.error is not None:
             return ToolResult.error(self.error.render()).to_json()
         try:
-            return await self.hub.call(tool, arguments)
+            return await self.hub.call(tool, arguments, reach_meta())
         except ProtocolRefusal as exc:
             # refused by the hub before any tool ran: the JSON-RPC error stdio would give
             raise MCPError(exc.code, exc.message) from None

@@ -31,6 +31,7 @@ from ..mcp.refusals import (
     TOO_DEEP_TEXT,
     UNKNOWN_TOOL,
 )
+from ..reach import reach_in_meta, reaching
 from .answers import tool_error
 from .socket_dir import SOCKET_DIR_ADVICE, check_socket_path_length, prepare_socket_dir
 from .wire import (
@@ -201,7 +202,9 @@ class HubServer:
             await send(refusal(rid, INVALID_PARAMS, UNKNOWN_TOOL))
             return
         try:
-            result = await self.handler(tool, arguments)
+            # a forwarded call is narrowed to its caller's reach as it was where it came in
+            with reaching(reach_in_meta(message.get("meta"))):
+                result = await self.handler(tool, arguments)
         except LamboError as exc:
             if exc.detail:
                 log.warning("hub: %s failed: %s (%s)", tool, exc.message, exc.detail)

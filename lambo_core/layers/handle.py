@@ -51,9 +51,12 @@ class LayerHandle:
     """A layer attached by this serve: ``call`` answers through the layer's own service,
     wherever it runs; ``state`` says whether it can."""
 
-    def __init__(self, name: str, serve: LayerServe) -> None:
+    def __init__(self, name: str, serve: LayerServe, *, owned: bool = True) -> None:
         self.name = name
         self.serve = serve
+        #: False: ``serve`` is shared by several sessions of this process (an HTTP serve's
+        #: layer), which its owner starts and stops; this handle only stops using it
+        self.owned = owned
         self._detaching = False
 
     async def start(self) -> None:
@@ -61,9 +64,11 @@ class LayerHandle:
         await self.serve.start()
 
     async def close(self) -> None:
-        """Detach: a layer held here hands its queue on, as a serve's stop does."""
+        """Detach: a layer held here hands its queue on, as a serve's stop does (a shared
+        one is left serving the other sessions)."""
         self._detaching = True
-        await self.serve.close()
+        if self.owned:
+            await self.serve.close()
 
     @property
     def state(self) -> LayerState:

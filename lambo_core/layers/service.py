@@ -20,10 +20,12 @@ import anyio.to_thread
 from ..args import check_scope
 from ..errors import ConfigError, ConflictError, LamboError, internal_fault
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
+from ..reach import reachable
 from ..recall.merge import merge_recall, shown_ids
 from ..recall.parts import PartsError, RecallParts
 from ..receipts import PIGGYBACK_MAX, render_line, to_structured
 from ..receipts.layered import fair_shares, layer_down_view
+from ..receipts.states import ReceiptState, not_ours
 from ..service import ToolResult, UnknownTool, stats_arguments
 from ..writes.cross_session import references_of, resolve_refs
 from .handle import LayerHandle, LayerUnavailable
@@ -108,6 +110,13 @@ class LayeredService:
         #: (layer, agent) pairs that wrote through this session: whose receipts to collect
         self._written: set[tuple[str, str]] = set()
 
+    @property
+    def visible(self) -> tuple[str, ...]:
+        """The layers this call may reach: every one, unless the caller's HTTP credential
+        reaches fewer. The others are as if not configured: a scope naming one is refused
+        as unknown, and merged recall, receipts and references never look into it."""
+        return reachable(self.order)
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """One public call's answer (a CallToolResult dict); a fault is an internal error
         result with the detail logged, as the session's own service answers one."""
@@ -131,7 +140,7 @@ class LayeredService:
                 target = check_scope(
                     arguments.get("scope"),
                     self.name,
-                    layers=self.order,
+                    layers=self.visible,
                     writing=tool in WRITE_TOOLS,
                 )
             except LamboError as exc:
@@ -168,7 +177,7 @@ class LayeredService:
         if not refs:
             return {}
         held: dict[str, str] = {}
-        for name in self.order:
+        for name in self.visible:
             try:
                 answer = await self.layers[name].call(LAYER_RESOLVE, {"refs": refs}, probe=True)
             except LayerUnavailable:
@@ -193,9 +202,10 @@ class LayeredService:
         async def read_layer(name: str) -> None:
             layer_parts[name] = await self._layer_parts(name, args, refused)
 
+        order = self.visible
         async with anyio.create_task_group() as group:
             group.start_soon(read_own)
-            for name in self.order:
+            for name in order:
                 group.start_soon(read_layer, name)
         if own_error is not None:
             return own_error
@@ -205,7 +215,7 @@ class LayeredService:
         merged = merge_recall(
             self.name,
             own,
-            [(name, layer_parts.get(name)) for name in self.order],
+            [(name, layer_parts.get(name)) for name in order],
             top_k=own.top_k,
             max_tokens=own.max_tokens,
             floors=self.floors,
@@ -288,7 +298,7 @@ class LayeredService:
         book = self.service.session.receipts
         sources = [self.name]
         waiting = [book.waiting(agent, self.name, exclude=own_receipt)]
-        for name in self.order:
+        for name in self.visible:
             if (name, agent) in self._written:
                 answer = await self._receipts(name, agent, 0, own_receipt)
                 sources.append(name)
@@ -337,8 +347,13 @@ class LayeredService:
             return ToolResult.error(exc.render()).to_json()
         if receipt is None or service.session.receipts.issued_here(receipt):
             return (await service.call("lambo_stats", arguments, piggyback=False)).to_json()
+        if await self._of_hidden_layer(receipt):
+            view = not_ours(receipt.strip(), ReceiptState.RESTART_LOST)
+            return await self._stats_with(
+                arguments, {"line": render_line(view), "receipt": to_structured(view)}
+            )
         down: list[str] = []
-        for name in self.order:
+        for name in self.visible:
             ask: dict[str, Any] = {"agent_id": agent, "via": self.name, "receipt": receipt}
             if wait_ms:
                 ask["wait_ms"] = wait_ms
@@ -358,6 +373,20 @@ class LayeredService:
                 arguments, {"line": render_line(view), "receipt": to_structured(view)}
             )
         return result
+
+    async def _of_hidden_layer(self, receipt: str) -> bool:
+        """Whether ``receipt`` is of a write into a layer this caller does not reach: it is
+        then not known here, as to a caller of a session without that layer (the store's
+        durable intent would answer it from this session's own book otherwise)."""
+        hidden = set(self.order) - set(self.visible)
+        if not hidden:
+            return False
+        store = self.service.session.store
+        try:
+            intent = await anyio.to_thread.run_sync(store.get_intent, receipt.strip())
+        except LamboError:
+            return False  # unreadable: the session's own answer says so
+        return intent is not None and intent.session in hidden
 
     async def _stats_with(self, arguments: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
         """The session's stats with a receipt another book answered in front."""

@@ -17,6 +17,7 @@ import mcp.types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
+from ..reach import REACH_SCOPE_KEY, reach_of, reaching
 from ..version import __version__
 from .refusals import UNKNOWN_TOOL
 from .tools import DESCRIPTIONS, SCHEMAS, instructions
@@ -33,6 +34,15 @@ def tool_list(names: list[str]) -> list[types.Tool]:
         types.Tool(name=name, description=DESCRIPTIONS[name], input_schema=SCHEMAS[name])
         for name in names
     ]
+
+
+def request_reach(ctx: Any) -> frozenset[str] | None:
+    """The sessions the HTTP request behind ``ctx`` may reach (its credential's, put in the
+    ASGI scope by the HTTP app); None over stdio, or for a caller reaching every session."""
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    return reach_of(scope.get(REACH_SCOPE_KEY))
 
 
 def build_server(
@@ -53,7 +63,8 @@ def build_server(
         name = params.name
         if name not in tool_names():
             raise MCPError(types.INVALID_PARAMS, UNKNOWN_TOOL)
-        result = await handler(name, dict(params.arguments or {}))
+        with reaching(request_reach(ctx)):
+            result = await handler(name, dict(params.arguments or {}))
         return types.CallToolResult.model_validate(result)
 
     return Server(

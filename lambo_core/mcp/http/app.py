@@ -1,7 +1,8 @@
 """The ASGI app of an HTTP serve: ``/mcp`` (the default session), ``/mcp/s/<session>``, and
-``/healthz``, each request checked in order: credential (401), session (404), rates (429),
-the live-session ceiling (503), then the session's own SDK session manager, which refuses a
-body over the limit (413) before reading it and checks Host and Origin.
+``/healthz``, each request checked in order: credential (401), session (404), rates (429;
+a call scoped to a layer spends the layer's too), the live-session ceiling (503), then the
+session's own SDK session manager, which refuses a body over the limit (413) before reading
+it and checks Host and Origin.
 
 One manager per session, so an MCP session id opened at one URL means nothing at another.
 Every request is logged as one line (method, session, status, duration, credential), never
@@ -29,7 +30,9 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from ...credentials import Credential, Verifier
+from ...reach import REACH_SCOPE_KEY
 from .limits import LiveSessions, RateLimits, Refusal
+from .scoped import buffered_body, scoped_layer
 
 log = logging.getLogger(__name__)
 #: one line per request; an HTTP serve shows them at INFO unless LAMBO_LOG says otherwise
@@ -45,11 +48,13 @@ _AUTHORIZATION = b"authorization"
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One served session: its name, its session manager, and whether it answers now."""
+    """One served session: its name, its session manager, whether it answers now, and the
+    layers it reads and writes by scope."""
 
     session: str
     manager: StreamableHTTPSessionManager
     serving: Callable[[], bool]
+    layers: tuple[str, ...] = ()
 
 
 def live_transports(manager: StreamableHTTPSessionManager) -> list[StreamableHTTPServerTransport]:
@@ -216,19 +221,34 @@ class HttpApp:
         if foreign is not None:
             await foreign(scope, receive, send)
             return
+        # a call scoped to a layer this credential reaches also spends the layer's rate
+        layers = tuple(
+            layer for layer in endpoint.layers if credential is None or credential.reaches(layer)
+        )
+        layer: str | None = None
+        if layers and scope["method"] == "POST":
+            body, receive = await buffered_body(
+                receive, endpoint.manager.max_request_body_size, _declared_length(headers)
+            )
+            layer = None if body is None else scoped_layer(body, layers)
         # ending an MCP session (DELETE) is never throttled: it frees a place
         refused = (
             None
             if scope["method"] == "DELETE"
-            else self.rates.admit(credential.name if credential else None, name)
+            else self.rates.admit(credential.name if credential else None, name, layer)
         )
         if refused is not None:
             await _refuse(send, refused)
             return
         if credential is not None:
-            # the SDK ties each MCP session to the credential that opened it
+            # the SDK ties each MCP session to the credential that opened it; the tools
+            # of a layered session reach only the layers the credential reaches
             token = AccessToken(token="", client_id=credential.name, scopes=[])
-            scope = {**scope, "user": AuthenticatedUser(token)}
+            scope = {
+                **scope,
+                "user": AuthenticatedUser(token),
+                REACH_SCOPE_KEY: credential.sessions,
+            }
         if not _opens_session(scope, headers):
             await endpoint.manager.handle_request(scope, receive, send)
             return
@@ -276,6 +296,14 @@ class HttpApp:
 def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
     raw = headers.get(name)
     return raw.decode("latin-1") if raw is not None else None
+
+
+def _declared_length(headers: dict[bytes, bytes]) -> int | None:
+    raw = _header(headers, b"content-length")
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None  # the SDK reads the body as if undeclared, and so does the app
 
 
 def _opens_session(scope: Scope, headers: dict[bytes, bytes]) -> bool:

@@ -1,5 +1,6 @@
 """The limits an HTTP serve applies before a request reaches a session: request rates per
-credential and per session (token buckets, 429 with Retry-After) and the ceiling on live
+credential and per session, a layer's too for a call scoped to it (token buckets, 429
+with Retry-After) and the ceiling on live
 MCP sessions across every session the serve holds (503).
 
 The request-body limit (413) is the SDK's, read before the body (``app``). Defaults and
@@ -87,21 +88,31 @@ class RateLimits:
             bucket = table[name] = TokenBucket(rate, self.clock)
         return bucket
 
-    def admit(self, credential: str | None, session: str) -> Refusal | None:
-        """None when the request may go on (its buckets spent), else the 429."""
+    def admit(
+        self, credential: str | None, session: str, layer: str | None = None
+    ) -> Refusal | None:
+        """None when the request may go on (its buckets spent), else the 429. A call
+        through ``session`` scoped to its ``layer`` also draws one request from that
+        layer's own bucket, the one its own address draws on: every project's scoped
+        calls and the layer's direct callers share the layer's rate."""
         mine = (
             None
             if credential is None
             else self._bucket(self._credentials, credential, self.per_credential_rps)
         )
         theirs = self._bucket(self._sessions, session, self.per_session_rps)
+        shared = (
+            None if layer is None else self._bucket(self._sessions, layer, self.per_session_rps)
+        )
         if mine is not None and not mine.available():
             return Refusal(429, "too many requests from this credential", mine.retry_after())
         if not theirs.available():
             return Refusal(429, "too many requests to this session", theirs.retry_after())
-        if mine is not None:
-            mine.take()
-        theirs.take()
+        if shared is not None and not shared.available():
+            return Refusal(429, f"too many requests to layer {layer}", shared.retry_after())
+        for bucket in (mine, theirs, shared):
+            if bucket is not None:
+                bucket.take()
         return None
 
 

@@ -1,11 +1,13 @@
 """``lambo serve --transport http``: hold every session named, then answer Streamable HTTP.
 
 Each session is a ``Serve`` of its own (lease, write queue, receipts, daemon, hub socket,
-so stdio serves and CLI calls of it forward here), all sharing one loaded model. The
-serve fails closed: off loopback it does not start without a credential, and a session
-another process holds refuses the start, naming the holder. A stop signal stops every
-session the way a stdio stop does, while HTTP still answers the calls in flight. Spec:
-"Transports", "HTTP for a machine with several independent clients".
+so stdio serves and CLI calls of it forward here), all sharing one loaded model. A layer
+([serve] layers) is one serve for the whole process, held before the sessions that read it
+(two serves of one session in one process would share a lease holder id and take the lease
+from each other). The serve fails closed: off loopback it does not start without a
+credential, and a session another process holds refuses the start, naming the holder. A
+stop signal stops every session the way a stdio stop does, while HTTP still answers the
+calls in flight. Spec: "Transports", "HTTP for a machine with several independent clients".
 """
 
 from __future__ import annotations
@@ -199,25 +201,60 @@ async def serve_http(config: Config, options: list[ServeOptions]) -> list[Serve]
     budget_s = shutdown_budget(config)
     sock = listen(settings.bind, settings.port)
     models = LoadedModels()  # one model load for every session
-    serves = [Serve(config, o, models=models) for o in options]
+    layers, unserved = layer_serves(config, options, models)
+    serves = [
+        layers.get(o.session) or Serve(config, o, models=models, layer_serves=layers)
+        for o in options
+    ]
+    everything = [*serves, *unserved]
     try:
-        # a served session that is also the others' layer first: holding a session
-        # attaches its layers, and an attached layer would already hold that one's lease
-        for serve in sorted(serves, key=lambda s: not s.options.as_layer):
-            await serve.hold()
-        await _serve_until_stopped(serves, settings, sock, budget_s)
+        # the layers first, each once for every session: a session held attaches its
+        # layers, and uses these serves of them rather than electing for them again
+        for serve in serves:
+            if serve.options.as_layer:
+                await serve.hold()  # served at its own address: refused if held elsewhere
+        for serve in unserved:
+            await serve.start()  # held here if free, else forwarded to its holder
+        for serve in serves:
+            if not serve.options.as_layer:
+                await serve.hold()
+        await _serve_until_stopped(serves, everything, settings, sock, budget_s)
     finally:
         sock.close()
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
-                for serve in serves:
+                for serve in everything:
                     tg.start_soon(serve.close)
-    return serves
+    return everything
+
+
+def layer_serves(
+    config: Config, options: list[ServeOptions], models: LoadedModels
+) -> tuple[dict[str, Serve], list[Serve]]:
+    """One serve per layer for every session of this process, and those of them that are
+    not served at an address of their own: a layer that is also served (``as_layer``) is
+    that session's serve; any other is a serve of its own, which holds the layer when it
+    is free and forwards to its holder otherwise, as a stdio serve's layer does."""
+    layers = {o.session: Serve(config, o, models=models) for o in options if o.as_layer}
+    unserved: list[Serve] = []
+    for project in options:
+        for name in project.layers:
+            if name not in layers:
+                serve = Serve(config, project.layer_options(name), models=models)
+                layers[name] = serve
+                unserved.append(serve)
+    return layers, unserved
 
 
 async def _serve_until_stopped(
-    serves: list[Serve], settings: HttpSettings, sock: socket.socket, budget_s: float
+    serves: list[Serve],
+    everything: list[Serve],
+    settings: HttpSettings,
+    sock: socket.socket,
+    budget_s: float,
 ) -> None:
+    """Answer HTTP for ``serves`` until a stop signal; then stop ``everything`` (the
+    serves and the layers not served at an address of their own) inside the budget."""
     port = sock.getsockname()[1]  # the one --port 0 was given
     security = settings.security(port)  # once: a wildcard bind resolves the host's names
     endpoints = [
@@ -229,6 +266,7 @@ async def _serve_until_stopped(
                 security,
             ),
             lambda s=s: s.serving,  # type: ignore[misc]
+            layers=s.options.layers,
         )
         for s in serves
     ]
@@ -256,7 +294,7 @@ async def _serve_until_stopped(
             await stack.enter_async_context(endpoint.manager.run())
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signal, stop)
-            tg.start_soon(partial(_stop_when_asked, stop, serves, app, server, budget_s))
+            tg.start_soon(partial(_stop_when_asked, stop, everything, app, server, budget_s))
             announce(serves, settings.bind, port)
             await server.serve(sockets=[sock])
             tg.cancel_scope.cancel()
