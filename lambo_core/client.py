@@ -274,15 +274,18 @@ async def _served_locally(
                 )
         finally:
             lease_held = _holding(keeper)
-            stopped = await anyio.to_thread.run_sync(
-                functools.partial(
-                    stop_service, service, shutdown_budget(config), lease_held=lease_held
+            clean = False  # a stop that raises may have left the worker running
+            try:
+                stopped = await anyio.to_thread.run_sync(
+                    functools.partial(
+                        stop_service, service, shutdown_budget(config), lease_held=lease_held
+                    )
                 )
-            )
-            clean = stopped.clean
-            for handle in attached:  # a layer held here hands its queue on as a serve's does
-                await handle.close()
-                clean = clean and not handle.serve.unfinished
+                clean = stopped.clean
+            finally:  # a layer held here hands its queue on as a serve's does, in any case
+                for handle in attached:
+                    await handle.close()
+                    clean = clean and not handle.serve.unfinished
     finally:
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -295,13 +295,26 @@ class Serve:
             log.exception("session %s: the stop failed", self.options.session)
             self.unfinished = True
             return False
+        finally:
+            # after the session, whatever its stop did: its calls into them have ended, and
+            # a layer left attached would hold its lease with no owner to stop it
+            await self._detach(layers)
         if not outcome.clean:
             self.unfinished = True
-        for handle in layers:  # after the session: its calls into them have ended
-            await handle.close()
+        return outcome.clean
+
+    async def _detach(self, layers: list[LayerHandle]) -> None:
+        for handle in layers:
+            try:
+                await handle.close()
+            except Exception:
+                log.exception(
+                    "session %s: detaching layer %s failed", self.options.session, handle.name
+                )
+                self.unfinished = True
+                continue
             if handle.owned:  # a shared layer's serve is its owner's to account for
                 self.unfinished = self.unfinished or handle.serve.unfinished
-        return outcome.clean
 
     async def start(self) -> None:
         try:
