@@ -193,3 +193,30 @@ def test_stats_refuses_an_empty_agent_id_with_a_layer_receipt(tmp_path: Path) ->
             assert text(answer) == text(await serve("lambo_stats", {"agent_id": ""}))
 
     anyio.run(main)
+
+
+STOPPED = (
+    "conflict: layer general stopped serving during this call (it closed or lost its lease), "
+    "so nothing was applied to it; retry shortly, or call without scope to act on lambo"
+)
+
+
+def test_a_write_into_a_layer_that_began_stopping_is_refused_as_the_spec_says(
+    tmp_path: Path,
+) -> None:
+    """Spec L306: a layer that closes while the call holds it, before the write is admitted,
+    answers 'stopped serving during this call'; nothing is applied to it."""
+
+    async def main() -> None:
+        async with serving(layered_config(tmp_path)) as serve:
+            layer = serve.layers[0].serve
+            assert layer.service is not None
+            layer.service.session.receipts.close()  # the first step of the layer's stop
+            refused = await serve(
+                "lambo_derive",
+                {"agent_id": AGENT, "scope": "general", "concepts": [concept(PREFERENCE)]},
+            )
+            assert refusal(refused) == STOPPED
+            assert len(layer.service.session.index.graph) == 0
+
+    anyio.run(main)

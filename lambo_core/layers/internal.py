@@ -25,6 +25,7 @@ from ..errors import LamboError, ParameterError
 from ..receipts import render_line, to_structured
 from ..service import SERVED_TOOLS, ToolResult
 from ..writes.cross_session import resolve_refs
+from .texts import stopped_during_call
 
 if TYPE_CHECKING:
     from ..service import MemoryService
@@ -89,9 +90,16 @@ async def answer_internal(
             foreign = args.get("foreign") or {}
             if not isinstance(foreign, dict):
                 raise ParameterError("foreign must be an object")
+            via = _text(args, "via")
+            receipts = service.session.receipts
+            if receipts.closing:  # this layer is stopping: nothing can be admitted
+                raise stopped_during_call(service.session.name, via)
             written = await service.write(
-                name, _object(args, "arguments"), via=_text(args, "via"), foreign=foreign
+                name, _object(args, "arguments"), via=via, foreign=foreign
             )
+            dropped = (written.structured or {}).get("receipt_state") == "dropped"
+            if dropped and receipts.closing:  # it began stopping while this write was admitted
+                raise stopped_during_call(service.session.name, via)
             return written.to_json()
         structured = await _structured(service, tool, args)
     except LamboError as exc:

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from ..args import check_scope
-from ..errors import ConfigError, ConflictError, LamboError, internal_fault
+from ..errors import LamboError, internal_fault
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
 from ..reach import reachable
 from ..recall.merge import merge_recall, shown_ids
@@ -38,6 +38,7 @@ from .internal import (
     LAYER_WRITE,
     WRITE_TOOLS,
 )
+from .texts import layer_hit_warning, not_serving, stopped_during_call
 
 if TYPE_CHECKING:
     from ..service import MemoryService
@@ -56,40 +57,6 @@ SCOPED_TOOLS = frozenset(
         "lambo_saints",
     }
 )
-
-
-def layer_hit_warning(layer: str) -> str:
-    return (
-        f"recall: these hits are from layer {layer}, and their ids belong to it; "
-        f'pass scope = "{layer}" to lambo_inspect to inspect one'
-    )
-
-
-def not_serving(layer: str, session: str, state: str) -> LamboError:
-    """A scoped call to a layer that is not serving: retryable unless its attach failed."""
-    if state == "failed":
-        return ConfigError(
-            f'scope "{layer}" cannot be served: attaching layer {layer} failed for good '
-            "(the reason is in the serve's log), so nothing was read or written; ask the "
-            "operator to fix it"
-        )
-    why = (
-        "it is being detached"
-        if state == "detaching"
-        else "another lambo serve holds its lease and cannot be reached"
-    )
-    return ConflictError(
-        f'scope "{layer}" is not serving right now ({why}), so nothing was read or written; '
-        f"retry shortly, or call without scope to act on {session}"
-    )
-
-
-def stopped_during_call(layer: str, session: str) -> LamboError:
-    """Spec (Writing to a layer): the layer closed or lost its lease before the ack."""
-    return ConflictError(
-        f"layer {layer} stopped serving during this call (it closed or lost its lease), so "
-        f"nothing was applied to it; retry shortly, or call without scope to act on {session}"
-    )
 
 
 class LayeredService:
