@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 #: [serve] shutdown_budget_s's default; a stop must end well inside the lease TTL, so
 #: that the lease it keeps while a write is still applying cannot pass to another writer
 DEFAULT_SHUTDOWN_BUDGET_S = 15.0
+#: how much longer than a layer's own recall wait a merged recall waits for a layer held
+#: by another serve before it answers without it
+PROBE_MARGIN_S = 2.0
 #: the signals a serve stops cleanly on (a client's SIGTERM, Ctrl-C, a closed terminal)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -172,10 +175,16 @@ async def attach_layers(
     A layer in ``shared`` is already served in this process (an HTTP serve's, held for
     all its sessions): it is used as it is, and its owner starts and stops it."""
     shared = shared or {}
+    # a layer's recall may wait [recall] model_wait_ms for a model still loading
+    bound = int(config.get("recall.model_wait_ms")) / 1000 + PROBE_MARGIN_S
     handles = [
-        LayerHandle(name, shared[name], owned=False)
+        LayerHandle(name, shared[name], owned=False, probe_timeout_s=bound)
         if name in shared
-        else LayerHandle(name, Serve(config, options.layer_options(name), models, store=store))
+        else LayerHandle(
+            name,
+            Serve(config, options.layer_options(name), models, store=store),
+            probe_timeout_s=bound,
+        )
         for name in options.layers
     ]
     for handle in handles:

@@ -210,7 +210,7 @@ def test_a_write_into_a_layer_that_began_stopping_is_refused_as_the_spec_says(
     async def main() -> None:
         async with serving(layered_config(tmp_path)) as serve:
             layer = serve.layers[0].serve
-            assert layer.service is not None
+            assert isinstance(layer, Serve) and layer.service is not None
             layer.service.session.receipts.close()  # the first step of the layer's stop
             refused = await serve(
                 "lambo_derive",

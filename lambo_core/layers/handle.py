@@ -11,13 +11,25 @@ sessions"; lambo_derive, "Writing to a layer".
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Literal, Protocol
+
+import anyio
 
 from ..errors import LamboError
 from ..hub.answers import answered_by_hub
 from ..hub.election import SessionHub
+from ..hub.forwarder import call_timeout
 
 log = logging.getLogger(__name__)
+
+#: a probe's bound when none is configured: [recall] model_wait_ms's default (a layer's
+#: recall may wait that long for a model still loading) and two seconds of margin
+DEFAULT_PROBE_TIMEOUT_S = 5.0
+#: after a probe a holder elsewhere missed, probes skip it for this long, doubling while
+#: it keeps missing (a paused holder accepts connections and answers nothing)
+QUIET_FIRST_S = 2.0
+QUIET_MAX_S = 30.0
 
 #: what a caller can see of a layer
 LayerState = Literal["serving", "unreachable", "detaching", "failed"]
@@ -51,13 +63,26 @@ class LayerHandle:
     """A layer attached by this serve: ``call`` answers through the layer's own service,
     wherever it runs; ``state`` says whether it can."""
 
-    def __init__(self, name: str, serve: LayerServe, *, owned: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        serve: LayerServe,
+        *,
+        owned: bool = True,
+        probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+    ) -> None:
         self.name = name
         self.serve = serve
         #: False: ``serve`` is shared by several sessions of this process (an HTTP serve's
         #: layer), which its owner starts and stops; this handle only stops using it
         self.owned = owned
+        #: how long a probe waits for a layer held elsewhere (plus a receipt wait's own)
+        self.probe_timeout_s = probe_timeout_s
         self._detaching = False
+        #: a holder elsewhere that missed a probe is not probed again until then (monotonic
+        #: s), so a paused holder stalls one call now and then rather than every call
+        self._quiet_until = 0.0
+        self._quiet_s = 0.0
 
     async def start(self) -> None:
         """Join the layer (its election): hold it, forward to it, or keep electing."""
@@ -93,15 +118,39 @@ class LayerHandle:
             if state == "unreachable":
                 self.serve.hub.request_lease()
             raise LayerUnavailable(state)
-        result = await self.serve(tool, arguments)
+        forwarded = self.serve.hub.role == "forwarder"
+        if probe and forwarded and self.quiet:
+            raise LayerUnavailable("unreachable")
+        if probe and forwarded:
+            result = None
+            with anyio.move_on_after(call_timeout(self.probe_timeout_s, arguments)):
+                result = await self.serve(tool, arguments)
+            if result is None:
+                log.info("layer %s: %s was not answered within its probe bound", self.name, tool)
+                self._back_off()
+                raise LayerUnavailable("unreachable", may_have_acted=True)
+        else:
+            result = await self.serve(tool, arguments)
         answered = answered_by_hub(result)
         if answered is not None or self.serve.error is not None:
             log.info("layer %s: %s did not reach it (%s)", self.name, tool, answered)
+            if probe:
+                self._back_off()
             raise LayerUnavailable(
                 "failed" if self.serve.error is not None else self.state_after_miss(),
                 may_have_acted=answered == "silent",
             )
+        self._quiet_s = 0.0
         return result
+
+    @property
+    def quiet(self) -> bool:
+        """A holder elsewhere missed a probe lately: probes skip it for now."""
+        return time.monotonic() < self._quiet_until
+
+    def _back_off(self) -> None:
+        self._quiet_s = min(max(self._quiet_s * 2, QUIET_FIRST_S), QUIET_MAX_S)
+        self._quiet_until = time.monotonic() + self._quiet_s
 
     def state_after_miss(self) -> LayerState:
         state = self.state

@@ -15,6 +15,8 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
+from lambo_core.config import load_config
+from lambo_core.serve import Serve, ServeOptions
 from tests.e2e.conftest import body, lambo_argv, serve_env
 
 AGENT = "agent-a"
@@ -124,5 +126,56 @@ def test_two_projects_share_general_and_survive_its_holder_dying(served_home: Pa
                 back = await recall(b, "how are worktree branches rebased")
                 assert UNAVAILABLE not in back["warnings"]
                 assert PREFERENCE in [h["content"] for h in back["hits"]]
+
+    anyio.run(scenario)
+
+
+KEYWORD_ONLY = '[embedder]\nmatch_strategy = "canonical"\n'
+
+
+def test_a_paused_holder_of_general_stalls_one_merged_recall_not_every_call(
+    tmp_path: Path,
+) -> None:
+    """The holder of general is alive but answers nothing (SIGSTOP). A merged recall answers
+    from the project after the probe's bound (not the 600 s forward timeout), and later
+    calls skip the paused holder for a while instead of waiting on it again."""
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "lambo.toml").write_text(
+        KEYWORD_ONLY + "[serve]\nforward_timeout_s = 600.0\n"
+    )
+
+    async def scenario() -> None:
+        async with Client(params(home, "proj-a")) as a:
+            holder = body(await a.call_tool("lambo_stats", {"agent_id": AGENT}))["holder_pid"]
+            config = load_config(env=serve_env(home), cwd=home)
+            b = Serve(config, ServeOptions(session="proj-b", layers=("general",)))
+            await b.start()
+            try:
+                layer = b.layers[0]
+                assert layer.serve.hub.role == "forwarder"  # proj-a's serve holds general
+                written = await b(
+                    "lambo_derive",
+                    {
+                        "agent_id": AGENT,
+                        "scope": "general",
+                        "concepts": [{"content": PREFERENCE, "concept_type": "logic"}],
+                    },
+                )
+                assert not written["isError"], written
+                os.kill(holder, signal.SIGSTOP)
+                try:
+                    with anyio.fail_after(120):  # a hang guard, far above the probe bound
+                        for _ in range(3):
+                            alone = await b(
+                                "lambo_recall", {"agent_id": AGENT, "query": "worktree branches"}
+                            )
+                            warnings = alone["structuredContent"]["warnings"]
+                            assert UNAVAILABLE in warnings, warnings
+                            assert layer.quiet  # the paused holder is skipped for now
+                finally:
+                    os.kill(holder, signal.SIGCONT)
+            finally:
+                await b.close()
 
     anyio.run(scenario)
