@@ -167,6 +167,32 @@ def test_a_merged_recall_reads_both_and_names_each_hits_session(tmp_path: Path) 
     run(tmp_path, scenario)
 
 
+def test_a_merged_recall_counts_each_shown_hit_in_its_own_session(tmp_path: Path) -> None:
+    """Access counts feed the base score (and so GC and canonization): a layer hit a merged
+    recall shows counts in the layer, as a recall of the layer would count it."""
+
+    async def scenario(serve: Serve) -> None:
+        layer_id = await derive(serve, PREFERENCE, scope="general")
+        own_id = await derive(serve, "worktree branches of the widgets repo live in ../wt")
+        project = serve.service
+        layer = serve.layers[0].serve
+        assert project is not None and isinstance(layer, Serve) and layer.service is not None
+        general = layer.service.session
+        before = (
+            project.session.access_counts.pending(own_id),
+            general.access_counts.pending(layer_id),
+        )
+        body(await serve("lambo_recall", call("lambo_recall", query="worktree branches")))
+        after = (
+            project.session.access_counts.pending(own_id),
+            general.access_counts.pending(layer_id),
+        )
+        assert after == (before[0] + 1, before[1] + 1)
+        assert project.session.access_counts.pending(layer_id) == 0  # not the project's id
+
+    run(tmp_path, scenario)
+
+
 def test_a_recall_scoped_to_the_session_reads_only_the_project(tmp_path: Path) -> None:
     async def scenario(serve: Serve) -> None:
         await derive(serve, PREFERENCE, scope="general")

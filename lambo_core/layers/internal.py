@@ -11,7 +11,9 @@ takes and returns JSON, so a layer answers alike wherever it runs:
   that session hands out;
 - ``lambo.layer_resolve``: which of some references name one concept here;
 - ``lambo.layer_receipts`` / ``lambo.layer_receipt``: the receipts of writes made through
-  another session, for its piggyback and its lambo_stats.
+  another session, for its piggyback and its lambo_stats;
+- ``lambo.layer_accessed``: which of its concepts a merged recall showed (their access
+  counts feed the base score, as a recall of the layer itself would).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ LAYER_WRITE = "lambo.layer_write"
 LAYER_RESOLVE = "lambo.layer_resolve"
 LAYER_RECEIPTS = "lambo.layer_receipts"
 LAYER_RECEIPT = "lambo.layer_receipt"
+LAYER_ACCESSED = "lambo.layer_accessed"
 INTERNAL_TOOLS = (
     LAYER_CALL,
     LAYER_RECALL,
@@ -43,6 +46,7 @@ INTERNAL_TOOLS = (
     LAYER_RESOLVE,
     LAYER_RECEIPTS,
     LAYER_RECEIPT,
+    LAYER_ACCESSED,
 )
 WRITE_TOOLS = ("lambo_derive", "lambo_record_action")
 
@@ -122,6 +126,13 @@ async def _structured(service: MemoryService, tool: str, args: Mapping[str, Any]
                 return resolve_refs(session.index.graph, refs)
 
         return {"found": await anyio.to_thread.run_sync(found)}
+    if tool == LAYER_ACCESSED:
+        node_ids = args.get("node_ids")
+        if not isinstance(node_ids, list) or not all(isinstance(n, str) for n in node_ids):
+            raise ParameterError("node_ids must be an array of strings")
+        graph = service.session.index.graph
+        service.session.access_counts.record(n for n in node_ids if graph.concept(n) is not None)
+        return {"recorded": True}
     book = service.session.receipts
     agent, via = _text(args, "agent_id"), _text(args, "via")
     if tool == LAYER_RECEIPTS:

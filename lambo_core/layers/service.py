@@ -10,6 +10,7 @@ most 8 in all. Spec: lambo_recall, "Layered sessions"; lambo_derive, "Writing to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from ..service import ToolResult, UnknownTool, stats_arguments
 from ..writes.cross_session import references_of, resolve_refs
 from .handle import LayerHandle, LayerUnavailable
 from .internal import (
+    LAYER_ACCESSED,
     LAYER_CALL,
     LAYER_RECALL,
     LAYER_RECEIPT,
@@ -187,8 +189,13 @@ class LayeredService:
             max_tokens=own.max_tokens,
             floors=self.floors,
         )
-        # the session counts the accesses of its own hits shown (a layer's are not counted)
+        # each session counts the accesses of its hits shown, as its own recall would
         self.service.session.access_counts.record(shown_ids(merged, self.name))
+        for name in order:
+            shown = shown_ids(merged, name)
+            if shown and layer_parts.get(name) is not None:
+                with contextlib.suppress(LayerUnavailable):
+                    await self.layers[name].call(LAYER_ACCESSED, {"node_ids": shown}, probe=True)
         return ToolResult(texts=[merged.context], structured=merged.structured()).to_json()
 
     async def _layer_parts(
