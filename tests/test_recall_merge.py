@@ -239,6 +239,22 @@ def test_dependency_answers_pass_by_anchor(
         assert f'[general] Answered by graph traversal: 1 concept depends on "{layer_dep}".' in head
 
 
+@pytest.mark.parametrize("layer_dep", ["README.md", None])
+def test_a_subject_ambiguous_across_the_callers_repositories_takes_no_layer_answer(
+    layer_dep: str | None,
+) -> None:
+    """Spec L363: such a question answers for none of them, with no hits and its warning;
+    a layer's traversal of its own README.md, or its ordinary hits, do not fill in."""
+    warning = 'recall: "README.md" names 2 concepts in different repositories: …'
+    own = RecallParts("lambo", 5, 500, (), (warning,), ambiguous_subject=True)
+    hit = part(11) if layer_dep is None else part(11, relevance=None, basis=BASIS_TRAVERSAL)
+    layer = parts("general", hit, dependency=_dep(layer_dep) if layer_dep else None)
+    result = merged(own, ("general", layer))
+    assert result.hits == []
+    assert result.warnings == [warning]
+    assert RecallParts.from_json(json.loads(json.dumps(own.to_json()))) == own
+
+
 # ----------------------------------------------------------------------------------- dedupe
 
 

@@ -160,7 +160,10 @@ def shown_ids(result: RecallResult, session: str) -> list[str]:
 def _answer_counts(own: RecallParts, layer: RecallParts) -> bool:
     """The dependency-question rule (spec L141): while the caller answers by traversal, a
     layer counts only with a traversal answer about the same anchor; a caller that
-    resolved none lets a layer answer its own."""
+    resolved none lets a layer answer its own. A subject that names a path in several of
+    the caller's repositories is answered for none of them, by no layer either."""
+    if own.ambiguous_subject:
+        return False
     if own.dependency is None:
         return True
     return layer.dependency is not None and layer.dependency.anchor_key == own.dependency.anchor_key

@@ -105,6 +105,9 @@ class RecallParts:
     warnings: tuple[str, ...] = ()
     notice: str | None = None
     dependency: DependencyPart | None = None
+    #: a dependency question whose subject is a path in several repositories: answered for
+    #: none of them, so a merged recall takes no layer's answer either (spec L363)
+    ambiguous_subject: bool = False
 
     def all_warnings(self) -> list[str]:
         """The warnings as an unlayered recall answers them."""
@@ -123,6 +126,7 @@ class RecallParts:
             "warnings": list(self.warnings),
             "notice": self.notice,
             "dependency": dataclasses.asdict(self.dependency) if self.dependency else None,
+            "ambiguous_subject": self.ambiguous_subject,
         }
 
     @classmethod
@@ -140,6 +144,7 @@ class RecallParts:
             warnings=_strings(d, "warnings"),
             notice=_optional(d, "notice", str),
             dependency=None if dependency is None else _dependency_from(dependency),
+            ambiguous_subject=_of(d, "ambiguous_subject", bool),
         )
 
 

@@ -127,6 +127,7 @@ def recall_parts(
                     max_tokens=request.max_tokens,
                     hits=(),
                     warnings=(ambiguous,),
+                    ambiguous_subject=True,
                 )
             return _dependency_answer(session, request, anchor, defaults, now, ranking)
 
