@@ -89,3 +89,38 @@ def test_a_layer_served_by_the_same_process_is_forwarded_to_not_held_twice(
             await general.close()
 
     anyio.run(main)
+
+
+def test_a_layer_receipt_still_rides_on_the_next_response_after_the_projects_serve_changes(
+    tmp_path: Path,
+) -> None:
+    """Spec L305: a layer write's outcome is delivered on the next tool response through the
+    session written through. The layer's book outlives that session's serve (general is
+    held by proj-a's serve): a new serve of proj-b still carries the receipt."""
+    config = layered_config(tmp_path, sqlite=True)
+
+    async def main() -> None:
+        async with serving(config, "proj-a") as a:
+            async with serving(config, "proj-b") as b:
+                assert layer_serve(b).hub.role == "forwarder"
+                ack = body(
+                    await b(
+                        "lambo_derive",
+                        {
+                            "agent_id": AGENT,
+                            "concepts": [concept("prefer rg over grep")],
+                            "scope": "general",
+                        },
+                    )
+                )
+                holder = layer_serve(a).service
+                assert holder is not None
+                assert await anyio.to_thread.run_sync(holder.pipeline.wait_idle, 20.0)
+            async with serving(config, "proj-b") as again:
+                carried = body(await again("lambo_saints", {"agent_id": AGENT}))
+                assert [r["receipt"] for r in carried["write_receipts"]] == [ack["receipt"]]
+                assert "write_receipts" not in body(
+                    await again("lambo_saints", {"agent_id": AGENT})
+                )
+
+    anyio.run(main)

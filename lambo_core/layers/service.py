@@ -76,8 +76,6 @@ class LayeredService:
         self.layers = {handle.name: handle for handle in layers}
         self.order = tuple(handle.name for handle in layers)
         self.floors = dict(floors)
-        #: (layer, agent) pairs that wrote through this session: whose receipts to collect
-        self._written: set[tuple[str, str]] = set()
 
     @property
     def visible(self) -> tuple[str, ...]:
@@ -256,9 +254,6 @@ class LayeredService:
             if serving:
                 raise stopped_during_call(handle.name, self.name) from None
             raise not_serving(handle.name, self.name, exc.state) from None
-        agent = args.get("agent_id")
-        if not result.get("isError") and isinstance(agent, str):
-            self._written.add((handle.name, agent))
         return result
 
     # -- receipts ---------------------------------------------------------------------
@@ -272,8 +267,11 @@ class LayeredService:
         book = self.service.session.receipts
         sources = [self.name]
         waiting = [book.waiting(agent, self.name, exclude=own_receipt)]
+        # Every serving layer is asked, not only those written into through this service:
+        # a layer's book outlives this session's hub (a restart, a takeover), and what it
+        # holds for this session is still owed on the next response here.
         for name in self.visible:
-            if (name, agent) in self._written:
+            if self.layers[name].state == "serving":
                 answer = await self._receipts(name, agent, 0, own_receipt)
                 sources.append(name)
                 waiting.append(int(answer.get("waiting", 0)) if answer else 0)
