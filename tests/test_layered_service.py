@@ -239,3 +239,23 @@ def test_a_layer_read_does_not_redirect_later_writes(tmp_path: Path) -> None:
         )
 
     run(tmp_path, scenario)
+
+
+def test_a_cut_block_of_a_recall_scoped_to_general_names_the_scope_in_its_marker(
+    tmp_path: Path,
+) -> None:
+    """Spec L230: a layer block's truncation marker reads lambo_inspect <id> (scope general);
+    its id belongs to the layer, so the plain marker would send the agent to the project."""
+
+    async def scenario(serve: Serve) -> None:
+        long_fact = "worktree branches " + " ".join(f"word{i}" for i in range(200))
+        node = await derive(serve, long_fact, scope="general")
+        cut = await serve(
+            "lambo_recall", call("lambo_recall", "general", query="worktree", max_tokens=60)
+        )
+        found = body(cut)
+        assert found["hits"][0]["truncated_in_context"] is True
+        assert text(cut).endswith(f"lambo_inspect {node[:8]} (scope general) for the full concept]")
+        assert found["context"] == text(cut)
+
+    run(tmp_path, scenario)

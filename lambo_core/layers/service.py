@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ import anyio
 import anyio.to_thread
 
 from ..args import check_scope
+from ..context import TRUNCATED_SCOPED_LINE
 from ..errors import LamboError, internal_fault
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
 from ..reach import reachable
@@ -227,6 +229,7 @@ class LayeredService:
             structured = result.get("structuredContent")
             if isinstance(structured, dict):
                 structured.setdefault("warnings", []).insert(0, layer_hit_warning(handle.name))
+                _scope_the_marker(result, handle.name)
         return result
 
     async def _write_layer(
@@ -385,6 +388,29 @@ def _first_text(answer: dict[str, Any]) -> str:
 def _receipt_of(result: dict[str, Any]) -> str | None:
     receipt = _structured(result).get("receipt")
     return receipt if isinstance(receipt, str) else None
+
+
+_MARKER = re.compile(
+    r"\[truncated: (\d+) tokens left out; lambo_inspect ([0-9a-f]{8}) for the full concept\]$"
+)
+
+
+def _scope_the_marker(result: dict[str, Any], layer: str) -> None:
+    """A layer's block cut by the budget tells lambo_inspect to pass the layer's scope, as
+    its id belongs to the layer (spec L230): the layer answered as a plain recall."""
+    hits = _structured(result).get("hits", [])
+    if not any(isinstance(h, dict) and h.get("truncated_in_context") for h in hits):
+        return
+    content = result.get("content") or []
+    if not content or not isinstance(content[0].get("text"), str):
+        return
+    content[0]["text"] = _MARKER.sub(
+        lambda m: TRUNCATED_SCOPED_LINE.format(n=m.group(1), id=m.group(2), scope=layer),
+        content[0]["text"],
+    )
+    structured = result.get("structuredContent")
+    if isinstance(structured, dict) and isinstance(structured.get("context"), str):
+        structured["context"] = content[0]["text"]
 
 
 def _with_session(result: dict[str, Any], session: str) -> dict[str, Any]:
