@@ -317,3 +317,25 @@ def test_a_bare_relative_path_is_refused_in_general_unless_repo_scoped(
         assert (await wait(serve, body(plain)["receipt"]))["state"] == "applied"
 
     run(tmp_path, scenario)
+
+
+def test_a_write_into_one_layer_citing_another_layers_concept_is_cross_session(
+    tmp_path: Path,
+) -> None:
+    """Spec L416: an id that names no concept here but one in another session the call reads
+    is refused as cross-session; with two layers, the other layer is such a session."""
+
+    async def main() -> None:
+        async with serving(layered_config(tmp_path), layers=("general", "team")) as serve:
+            teams = await derive(serve, "the team reviews every pull request", scope="team")
+            refused = await serve(
+                "lambo_derive",
+                {
+                    "agent_id": AGENT,
+                    "scope": "general",
+                    "concepts": [concept(PREFERENCE, depends_on=[teams])],
+                },
+            )
+            assert refusal(refused) == cross("depends_on", teams, "team")
+
+    anyio.run(main)

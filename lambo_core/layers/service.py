@@ -139,7 +139,26 @@ class LayeredService:
             return (await service.write(tool, args, foreign=foreign)).to_json()
         return (await service.call(tool, args, piggyback=False)).to_json()
 
-    async def _held_by_layers(self, tool: str, args: dict[str, Any]) -> dict[str, str]:
+    async def _held_elsewhere(self, target: str, tool: str, args: dict[str, Any]) -> dict[str, str]:
+        """Which of a write into layer ``target``'s references this session or another
+        layer holds: the session first, then the layers in order."""
+        refs = references_of(tool, args)
+        if not refs:
+            return {}
+        session = self.service.session
+
+        def ours() -> list[str]:
+            with session.index.lock:
+                return resolve_refs(session.index.graph, refs)
+
+        held = dict.fromkeys(await anyio.to_thread.run_sync(ours), self.name)
+        for ref, name in (await self._held_by_layers(tool, args, skip=target)).items():
+            held.setdefault(ref, name)
+        return held
+
+    async def _held_by_layers(
+        self, tool: str, args: dict[str, Any], *, skip: str | None = None
+    ) -> dict[str, str]:
         """Which of this write's references a layer holds (so that one matching nothing
         here is refused as cross-session rather than as unknown)."""
         refs = references_of(tool, args)
@@ -147,6 +166,8 @@ class LayeredService:
             return {}
         held: dict[str, str] = {}
         for name in self.visible:
+            if name == skip:
+                continue
             try:
                 answer = await self.layers[name].call(LAYER_RESOLVE, {"refs": refs}, probe=True)
             except LayerUnavailable:
@@ -235,17 +256,7 @@ class LayeredService:
     async def _write_layer(
         self, handle: LayerHandle, tool: str, args: dict[str, Any]
     ) -> dict[str, Any]:
-        session = self.service.session
-
-        def ours() -> dict[str, str]:
-            refs = references_of(tool, args)
-            if not refs:
-                return {}
-            with session.index.lock:
-                found = resolve_refs(session.index.graph, refs)
-            return dict.fromkeys(found, self.name)
-
-        foreign = await anyio.to_thread.run_sync(ours)
+        foreign = await self._held_elsewhere(handle.name, tool, args)
         serving = handle.state == "serving"
         try:
             result = await handle.call(
