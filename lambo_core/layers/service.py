@@ -29,7 +29,7 @@ from ..recall.parts import PartsError, RecallParts
 from ..receipts import PIGGYBACK_MAX, render_line, to_structured
 from ..receipts.layered import fair_shares, layer_down_view
 from ..receipts.states import ReceiptState, not_ours
-from ..service import ToolResult, UnknownTool, stats_arguments
+from ..service import SERVED_TOOLS, ToolResult, UnknownTool, stats_arguments
 from ..writes.cross_session import references_of, resolve_refs
 from .handle import LayerHandle, LayerUnavailable
 from .internal import (
@@ -49,18 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the tools that take scope
-SCOPED_TOOLS = frozenset(
-    {
-        "lambo_recall",
-        "lambo_derive",
-        "lambo_record_action",
-        "lambo_reserve",
-        "lambo_inspect",
-        "lambo_stale",
-        "lambo_saints",
-    }
-)
+#: the tools that take scope: every one but lambo_stats (its receipt finds a layer's write)
+SCOPED_TOOLS = frozenset(SERVED_TOOLS) - {"lambo_stats"}
 
 
 class LayeredService:
