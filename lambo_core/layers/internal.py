@@ -130,8 +130,14 @@ async def _structured(service: MemoryService, tool: str, args: Mapping[str, Any]
         node_ids = args.get("node_ids")
         if not isinstance(node_ids, list) or not all(isinstance(n, str) for n in node_ids):
             raise ParameterError("node_ids must be an array of strings")
-        graph = service.session.index.graph
-        service.session.access_counts.record(n for n in node_ids if graph.concept(n) is not None)
+        session = service.session
+
+        def record() -> None:
+            with session.index.lock:  # the graph is read under its lock, off the event loop
+                graph = session.index.graph
+                session.access_counts.record(n for n in node_ids if graph.concept(n) is not None)
+
+        await anyio.to_thread.run_sync(record)
         return {"recorded": True}
     book = service.session.receipts
     agent, via = _text(args, "agent_id"), _text(args, "via")
