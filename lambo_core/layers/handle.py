@@ -111,8 +111,10 @@ class LayerHandle:
         """The layer's answer to ``tool`` (an internal tool's structured content, or a
         public tool's result dict), or ``LayerUnavailable``. With ``probe`` a layer that is
         not serving right now is unavailable at once (its election is asked to take the
-        lease, so a holder that died comes back by takeover); without it the call waits
-        the election's short settle, as any call to a session does."""
+        lease, so a holder that died comes back by takeover), a holder elsewhere gets at
+        most ``probe_timeout_s`` to answer, and one that missed is skipped for a while
+        (``quiet``); without it the call waits the election's short settle and the forward
+        timeout, as any call to a session does."""
         state = self.state
         if state in ("detaching", "failed") or (probe and state != "serving"):
             if state == "unreachable":
