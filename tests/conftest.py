@@ -45,3 +45,13 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> OnnxEmbedder:
         minilm_source_dir(root / "src"), "minilm", root / "models", pooling="mean"
     )
     return OnnxEmbedder(model_dir, threads=1)
+
+
+@pytest.fixture
+def pg_dsn() -> Iterator[str]:
+    """A database of its own on the tests' real PostgreSQL (tests/pg_server.py)."""
+    from tests import pg_server
+
+    dsn = pg_server.new_database()
+    yield dsn
+    pg_server.drop_database(dsn)
