@@ -80,6 +80,15 @@ _UPSERT_EDGE = (
 Cursor = psycopg.Cursor[Any]
 
 
+def _execute_each(cur: Cursor, sql: str, rows: list[Any]) -> int:
+    """``sql`` once per row, in order; the rows it changed. One row is a plain execute:
+    executemany's pipeline costs round trips of its own that a single row never repays."""
+    if len(rows) == 1:
+        return cur.execute(sql, rows[0]).rowcount
+    cur.executemany(sql, rows)
+    return cur.rowcount
+
+
 def _concept_out(row: tuple[Any, ...]) -> Concept:
     concept = concept_from((*row[:11], None, *row[12:]))
     concept.vector = row[11]  # a float32 array from the vector loader, or None
@@ -212,10 +221,11 @@ class PostgresStore:
                 (i.id, i.session, i.agent_id, i.kind.value, i.created_at, i.about_time, i.summary),
             )
         if batch.concepts:
-            cur.executemany(_INSERT_CONCEPT, [_concept_row(c) for c in batch.concepts])
+            _execute_each(cur, _INSERT_CONCEPT, [_concept_row(c) for c in batch.concepts])
         if batch.edges:
             # in order, one statement per edge: a repeat within the batch reinforces
-            cur.executemany(
+            changed = _execute_each(
+                cur,
                 _UPSERT_EDGE,
                 [
                     {"s": e.session, "src": e.src, "dst": e.dst, "t": e.edge_type.value,
@@ -224,7 +234,7 @@ class PostgresStore:
                     for e in batch.edges
                 ],
             )  # fmt: skip
-            if cur.rowcount != len(batch.edges):
+            if changed != len(batch.edges):
                 raise refused("edge end is not a concept of this session")
         if batch.intent_receipt_id is not None:
             cur.execute(
