@@ -23,9 +23,10 @@ from lambo_core.model import Concept, ConceptType, Lease, WriteBatch, new_id
 from lambo_core.store import open_config_store, open_store, provision_store, store_location
 from lambo_core.store.base import Fence, FencedOut
 from lambo_core.store.postgres import schema
-from lambo_core.store.postgres.connection import register_vector
+from lambo_core.store.postgres.connection import READ_FAILED, UNREACHABLE, register_vector
 from lambo_core.store.postgres.dsn import dsn_identity, looks_like_dsn, mask_dsn
 from lambo_core.store.postgres.store import PostgresStore
+from lambo_core.store.rows import WRITE_REFUSED
 
 S = "sess"
 T0 = 1_700_000_000.0
@@ -333,3 +334,19 @@ def test_vectors_travel_as_text_too(pg_dsn: str) -> None:
         (back,) = conn.execute("SELECT %s::vector", (raw,)).fetchone() or (None,)
     assert isinstance(back, np.ndarray) and back.dtype == np.float32
     assert back.tobytes() == raw.tobytes()
+
+
+def test_a_closed_store_refuses_with_a_store_error(pg_dsn: str) -> None:
+    opened = PostgresStore(pg_dsn)
+    opened.ensure_session(S, T0)
+    opened.close()
+    opened.close()  # idempotent
+    for call in (
+        lambda: opened.get_session(S),
+        lambda: opened.ensure_session("x", T0),
+        lambda: list(opened.concepts(S)),
+        lambda: opened.keyword_index(S).search("lease", 5),
+    ):
+        with pytest.raises(StoreError) as refused:
+            call()
+        assert refused.value.message in (READ_FAILED, UNREACHABLE, WRITE_REFUSED)

@@ -71,16 +71,22 @@ class _VectorTextDumper(Dumper):
         return ("[" + ",".join(map(repr, values.tolist())) + "]").encode()
 
 
+def vector_from_text(text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """A float32 array from a vector's text form ``[1,2.5,...]``."""
+    inner = text.strip().strip("[]").strip()
+    return np.array(inner.split(",") if inner else [], dtype=np.float32)
+
+
 class _VectorTextLoader(Loader):
     def load(self, data: Buffer) -> np.ndarray[Any, np.dtype[np.float32]]:
-        text = bytes(data).decode().strip("[] ")
-        return np.array(text.split(",") if text else [], dtype=np.float32)
+        return vector_from_text(bytes(data).decode())
 
 
 def register_vector(conn: psycopg.Connection[Any], *, binary: bool) -> None:
     """Send numpy arrays as ``vector`` and read ``vector`` columns as float32 arrays."""
     info = TypeInfo.fetch(conn, "vector")
-    if info is None:
+    if info is None:  # a server that names no vector type: text, its type left to the server
+        conn.adapters.register_dumper(np.ndarray, _VectorTextDumper)
         return
     dumper: type[Dumper] = _VectorBinaryDumper if binary else _VectorTextDumper
     named = type(dumper.__name__, (dumper,), {"oid": info.oid})

@@ -46,10 +46,11 @@ class PgKeywordIndex:
         text = tsquery_text(query)
         if text is None or limit <= 0:
             return []
+        # the query written out twice (not a function in FROM): a form CockroachDB takes too
         rows = self._db.read(
-            "SELECT id, ts_rank(tsv, q, 1) AS rank "
-            "FROM concepts, to_tsquery('simple', %s) AS q "
-            "WHERE session = %s AND tsv @@ q ORDER BY rank DESC, id LIMIT %s",
-            (text, self._session, limit),
+            "SELECT id, ts_rank(tsv, to_tsquery('simple', %(q)s), 1) AS rank FROM concepts "
+            "WHERE session = %(s)s AND tsv @@ to_tsquery('simple', %(q)s) "
+            "ORDER BY rank DESC, id LIMIT %(n)s",
+            {"q": text, "s": self._session, "n": limit},
         )
         return [(str(node_id), float(rank)) for node_id, rank in rows]

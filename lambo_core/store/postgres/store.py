@@ -47,7 +47,7 @@ from ..sqlite_rows import (
     session_from,
 )
 from . import leases, schema
-from .connection import Database
+from .connection import Database, vector_from_text
 from .keywords import TSV_SQL, PgKeywordIndex, tsv_text
 
 ROWS_PER_PAGE = 1000  # rows per keyset page of a listing
@@ -91,7 +91,8 @@ def _execute_each(cur: Cursor, sql: str, rows: list[Any]) -> int:
 
 def _concept_out(row: tuple[Any, ...]) -> Concept:
     concept = concept_from((*row[:11], None, *row[12:]))
-    concept.vector = row[11]  # a float32 array from the vector loader, or None
+    vector = row[11]  # a float32 array from the vector loader, else its text, or None
+    concept.vector = vector_from_text(vector) if isinstance(vector, str) else vector
     return concept
 
 
