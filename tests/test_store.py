@@ -111,14 +111,19 @@ def interaction(session: str = S, created_at: float = T0, summary: str = "call")
     )
 
 
-def intent(receipt: str, session: str = S, payload: dict[str, Any] | None = None) -> WriteIntent:
+def intent(
+    receipt: str,
+    session: str = S,
+    payload: dict[str, Any] | None = None,
+    created_at: float = T0,
+) -> WriteIntent:
     return WriteIntent(
         receipt_id=receipt,
         session=session,
         agent_id="agent-a",
         tool="lambo_derive",
         payload=payload if payload is not None else {"concepts": ["x"], "n": 1},
-        created_at=T0,
+        created_at=created_at,
     )
 
 
@@ -625,6 +630,27 @@ def test_intents_get_growing_seq_and_come_back_pending_in_order(store: Store) ->
         {"error": "cycle"},
         T0 + 3,
     )
+
+
+def test_intents_lists_every_state_oldest_first(store: Store) -> None:
+    store.ensure_session("other", T0)
+    store.add_intent(intent("r-b", created_at=T0 + 2))
+    store.add_intent(intent("r-a", created_at=T0 + 2))  # same time: receipt id decides
+    store.add_intent(intent("r-x", session="other", created_at=T0))
+    store.add_intent(intent("r-0", created_at=T0 + 1))
+    store.settle_intent("r-b", "applied", {"created": ["n"]}, T0 + 5, payload={"p": 1})
+    store.settle_intent("r-0", "failed", {"error": "cycle"}, T0 + 6)
+    listed = list(store.intents(S))
+    assert [i.receipt_id for i in listed] == ["r-0", "r-a", "r-b"]
+    assert [i.state for i in listed] == [
+        IntentState.FAILED,
+        IntentState.PENDING,
+        IntentState.APPLIED,
+    ]
+    assert listed[2].outcome == {"created": ["n"]} and listed[2].payload == {"p": 1}
+    assert listed[2].settled_at == T0 + 5
+    assert listed == [store.get_intent(i.receipt_id) for i in listed]
+    assert list(store.intents("nobody")) == []
 
 
 def test_apply_settles_its_intent(store: Store) -> None:

@@ -167,6 +167,11 @@ class Store(Protocol):
 
     def pending_intents(self, session: str) -> list[WriteIntent]: ...
 
+    def intents(self, session: str) -> Iterator[WriteIntent]:
+        """Every intent of the session, in any state, oldest first (created time, then
+        receipt id)."""
+        ...
+
     def get_intent(self, receipt_id: str) -> WriteIntent | None: ...
 
     def settle_intent(

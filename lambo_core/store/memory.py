@@ -361,6 +361,13 @@ class MemoryStore:
             ]
             return [self._intent_out(h) for h in sorted(held, key=lambda h: h.intent.seq)]
 
+    def intents(self, session: str) -> Iterator[WriteIntent]:
+        """Every intent of the session, settled or not, by created time then receipt id."""
+        with self._lock:
+            held = [h for h in self._intents.values() if h.intent.session == session]
+            held.sort(key=lambda h: (h.intent.created_at, h.intent.receipt_id))
+            return iter([self._intent_out(h) for h in held])
+
     def get_intent(self, receipt_id: str) -> WriteIntent | None:
         with self._lock:
             held = self._intents.get(receipt_id)

@@ -331,6 +331,15 @@ class SqliteStore:
         )
         return [intent_from(row) for row in rows]
 
+    def intents(self, session: str) -> Iterator[WriteIntent]:
+        """Every intent of the session, settled or not, by created time then receipt id."""
+        rows = self._db.read_iter(
+            f"SELECT {INTENT_COLUMNS} FROM write_intents WHERE session = ? "
+            "ORDER BY created_at, receipt_id",
+            (session,),
+        )
+        return (intent_from(row) for row in rows)
+
     def get_intent(self, receipt_id: str) -> WriteIntent | None:
         rows = self._db.read(
             f"SELECT {INTENT_COLUMNS} FROM write_intents WHERE receipt_id = ?", (receipt_id,)
