@@ -1,0 +1,149 @@
+"""Where `lambo store copy` reads and writes: a SQLite path or a PostgreSQL DSN, shown masked.
+
+``--from`` is opened for reading only: a SQLite file must exist and already carry this
+lambo's schema (opening an older one would migrate it, a write), and nothing here creates
+it. ``--to`` is opened as any store is, created and migrated if need be; a SQLite file's
+directory must exist (as for ``--store``).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, ParameterError
+from . import migrations
+from .base import Store
+from .sqlite import SqliteStore
+
+# Until the PostgreSQL store's dsn module lands (issue 18, owner A), the two checks it
+# will own live here; the lead points these names at ``postgres/dsn.py`` on merge.
+_URI = re.compile(r"^postgres(?:ql)?://", re.IGNORECASE)
+_URI_PASSWORD = re.compile(r"^(postgres(?:ql)?://[^:/?#@]*):[^@/?#]*@", re.IGNORECASE)
+_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def looks_like_dsn(text: str) -> bool:
+    """A postgres:// or postgresql:// URI, or a libpq ``key=value`` string."""
+    return bool(_URI.match(text.strip())) or "=" in text
+
+
+def mask_dsn(dsn: str) -> str:
+    """The DSN with any password shown as ``***`` (URI userinfo, ``?password=``, key=value)."""
+    masked = _URI_PASSWORD.sub(r"\1:***@", dsn)
+    masked = _QUERY_PASSWORD.sub(r"\1***", masked)
+    return _KV_PASSWORD.sub(r"\1***", masked)
+
+
+@dataclass(frozen=True)
+class Location:
+    """One side of a copy: ``flag`` (``--from`` / ``--to``) and a path or a DSN."""
+
+    flag: str
+    path: Path | None = None
+    dsn: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """How messages name it: the path, or the DSN without its password."""
+        if self.dsn is not None:
+            return mask_dsn(self.dsn)
+        return str(self.path)
+
+    def same_as(self, other: Location) -> bool:
+        if self.path is not None and other.path is not None:
+            return _same_file(self.path, other.path)
+        if self.dsn is not None and other.dsn is not None:
+            return _dsn_key(self.dsn) == _dsn_key(other.dsn)
+        return False
+
+
+def parse_location(flag: str, text: str) -> Location:
+    """``text`` as a DSN when it looks like one, else a SQLite path; refusals name ``flag``."""
+    if text.strip() == "":
+        raise ParameterError(f"{flag} must name a SQLite file or a PostgreSQL DSN")
+    if looks_like_dsn(text):
+        return Location(flag, dsn=text.strip())
+    if text == "memory":
+        raise ParameterError(
+            f"{flag} memory names a store in RAM, which a copy could not read back; "
+            "name a SQLite file or a PostgreSQL DSN"
+        )
+    return Location(flag, path=Path(text).expanduser())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return a.samefile(b)
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _dsn_key(dsn: str) -> tuple[str, ...]:
+    """What names a database in a DSN (host, port, dbname, user), password left out."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # an unparsable DSN: compare its masked text
+        return (mask_dsn(dsn),)
+    return tuple(str(parts.get(k) or "") for k in ("host", "port", "dbname", "user"))
+
+
+def _sqlite_schema(path: Path) -> list[int] | None:
+    """The migrations recorded in the file, read read-only; None when it is no lambo store."""
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    except (sqlite3.Error, OSError, ValueError):
+        return None
+    try:
+        return migrations.applied_versions(conn)
+    except Exception:
+        return None
+    finally:
+        conn.close()
+
+
+def open_source(location: Location) -> Store:
+    """``--from``, opened without writing into it."""
+    if location.dsn is not None:
+        return _open_postgres(location)
+    assert location.path is not None
+    path = location.path
+    if not path.is_file():
+        raise ParameterError(f"{location.flag} names no SQLite store file ({path})")
+    versions = _sqlite_schema(path)
+    if not versions:
+        raise ParameterError(f"{location.flag} {path} is not a lambo store (no schema recorded)")
+    if versions[-1] < migrations.LATEST_VERSION:
+        raise ConfigError(
+            f"{location.flag} {path} has schema version {versions[-1]}, older than this "
+            f"lambo's {migrations.LATEST_VERSION}; a copy never writes into {location.flag}, "
+            f"so run `lambo provision --store {path}` first"
+        )
+    return SqliteStore(path)
+
+
+def open_target(location: Location) -> Store:
+    """``--to``, created and migrated if need be."""
+    if location.dsn is not None:
+        return _open_postgres(location)
+    assert location.path is not None
+    if not location.path.parent.is_dir():
+        raise ParameterError(
+            f"{location.flag}: the directory {location.path.parent} does not exist; lambo "
+            "creates the store file but not its directory"
+        )
+    return SqliteStore(location.path)
+
+
+def _open_postgres(location: Location) -> Store:
+    raise ConfigError(
+        f"{location.flag} {location.shown} is a PostgreSQL DSN, and this build has no "
+        "PostgreSQL store"
+    )
