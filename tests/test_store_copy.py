@@ -381,3 +381,41 @@ def test_a_count_that_differs_fails_naming_the_table(source: Path, tmp_path: Pat
     assert err == [
         "lambo: count check failed: session 'beta', table interactions: --from has 3 row(s), --to 4"
     ]
+
+
+def test_the_copy_holds_the_session_lease_in_to_while_it_writes(
+    source: Path, tmp_path: Path
+) -> None:
+    from lambo_core.store.copy import copy_sessions
+    from lambo_core.store.sqlite import read_lease
+
+    target_path = tmp_path / "to.db"
+    seen: list[Lease | None] = []
+
+    class Watch:
+        def start(self, label: str, total: int) -> None:
+            pass
+
+        def advance(self, rows: int) -> None:
+            seen.append(read_lease(target_path, "beta"))
+
+        def finish(self) -> None:
+            pass
+
+    reader, target = SqliteStore(source), SqliteStore(target_path)
+    try:
+        copy_sessions(reader, target, ["beta"], target_shown="to.db", progress=Watch())
+        after = target.get_lease("beta")
+    finally:
+        reader.close()
+        target.close()
+    assert seen and all(
+        lease is not None
+        and lease.holder.startswith("store-copy@")
+        and lease.holder.endswith(f"#{os.getpid()}")
+        and lease.pid == os.getpid()
+        and lease.expires_at > T0
+        and lease.socket == ""
+        for lease in seen
+    )
+    assert after is not None and after.expires_at == 0  # released: a serve may take it now
