@@ -419,3 +419,33 @@ def test_the_copy_holds_the_session_lease_in_to_while_it_writes(
         for lease in seen
     )
     assert after is not None and after.expires_at == 0  # released: a serve may take it now
+
+
+def test_a_copy_stopped_part_way_says_so_and_a_rerun_finishes_it(
+    source: Path, tmp_path: Path
+) -> None:
+    from lambo_core.errors import StoreError
+    from lambo_core.store.copy import copy_sessions
+    from tests.flaky_store import FlakyStore
+
+    target_path = tmp_path / "to.db"
+    reader, inner = SqliteStore(source), SqliteStore(target_path)
+    flaky = FlakyStore(inner)
+    flaky.refuse.add("add_canon_event")  # as a full disk would, late in the session
+    try:
+        with pytest.raises(StoreError) as stopped:
+            copy_sessions(reader, flaky, ["alpha", "beta"], target_shown="to.db")
+        assert count_rows(inner, "alpha")["concepts"] == 12
+        assert count_rows(inner, "alpha")["canonization_events"] == 0
+        lease = inner.get_lease("alpha")
+        assert lease is not None and lease.expires_at == 0  # released on the way out
+    finally:
+        reader.close()
+        inner.close()
+    assert "the copy stopped at session 'alpha'" in stopped.value.message
+    assert "run again continues" in stopped.value.message
+    code, out, err = run("--from", str(source), "--to", str(target_path))
+    assert code == 0, err
+    assert read(target_path, "alpha") == read(source, "alpha")
+    assert read(target_path, "beta") == read(source, "beta")
+    assert "canonization_events 3/3 (--from/--to): ok" in out

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from ..errors import ConflictError, ParameterError
+from ..errors import ConflictError, LamboError, ParameterError
 from ..model import (
     CanonizationEvent,
     Concept,
@@ -188,6 +188,22 @@ def check_source_free(source: SourceView, session: str, now: float) -> None:
         )
 
 
+def check_target_free(target: Store, session: str, now: float) -> None:
+    lease = target.get_lease(session)
+    if lease is not None and _held(lease, now):
+        raise _held_in_target(session, lease, now)
+
+
+def _held_in_target(session: str, lease: Lease | None, now: float) -> ConflictError:
+    from ..hub.lease import holder_description
+
+    who = holder_description(lease, now) if lease is not None else "another holder"
+    return ConflictError(
+        f"session {session!r} in --to is held by {who}; stop that serve before copying "
+        "into it; nothing was copied"
+    )
+
+
 class _TargetLease:
     """The copy's hold on one session's lease in ``--to``, renewed between batches."""
 
@@ -206,14 +222,7 @@ class _TargetLease:
         )
         got = target.acquire_lease(wanted, now)
         if got is None:
-            from ..hub.lease import holder_description
-
-            current = target.get_lease(session)
-            who = holder_description(current, now) if current is not None else "another holder"
-            raise ConflictError(
-                f"session {session!r} in --to is held by {who}; stop that serve before "
-                "copying into it; nothing of it was copied"
-            )
+            raise _held_in_target(session, target.get_lease(session), now)
         self.token = got.token
         self._renewed = now
         target.record_lease_socket(session, self.token, "")  # no hub socket: nobody to forward to
@@ -223,10 +232,7 @@ class _TargetLease:
         now = self.clock()
         if now - self._renewed >= RENEW_EVERY:
             if not self.target.renew_lease(self.session, self.token, now, LEASE_TTL):
-                raise ConflictError(
-                    f"the copy lost its lease on session {self.session!r} in --to; the "
-                    "rows written so far stay, and a copy run again continues from them"
-                )
+                raise ConflictError(f"the copy lost its lease on session {self.session!r} in --to")
             self._renewed = now
 
     def release(self) -> None:
@@ -300,13 +306,27 @@ def copy_sessions(
     started = time.monotonic()
     for name in sessions:
         check_source_free(source, name, clock())
+        check_target_free(target, name, clock())
         _, problem = find_conflict(source, target, name)
         if problem is not None:
             raise _refuse_conflict(name, target_shown, problem)
     counts: list[SessionCount] = []
     for name in sessions:
-        counts.append(_copy_one(source, target, name, target_shown, shown, clock, batch))
+        try:
+            counts.append(_copy_one(source, target, name, target_shown, shown, clock, batch))
+        except LamboError as exc:
+            raise _stopped(exc, name, [c.session for c in counts]) from exc
     return CopyReport(counts, time.monotonic() - started)
+
+
+def _stopped(exc: LamboError, name: str, done: list[str]) -> LamboError:
+    """``exc`` saying what a copy stopped part way leaves: run again, it continues."""
+    copied = f"sessions copied before it: {', '.join(done)}; " if done else ""
+    note = (
+        f" (the copy stopped at session {name!r}; {copied}what was written of it stays, and "
+        "the same copy run again continues from there)"
+    )
+    return type(exc)(exc.message + note, detail=exc.detail)
 
 
 def _copy_one(
