@@ -21,6 +21,7 @@ from .config_schema import KEYS, KEYS_BY_DOTTED, SECTIONS, coerce
 from .credentials import CredentialEntry
 from .errors import ConfigError
 from .paths import Paths, resolve_paths
+from .store.postgres.dsn import mask_dsn
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,13 @@ class Config:
     @property
     def store_kind(self) -> str:
         return str(self.get("store.kind"))
+
+    @property
+    def store_dsn(self) -> str:
+        """The database DSN of a postgres/cockroach store ("" when unset); show it only
+        through ``mask_dsn``."""
+        setting = self.settings.get("store.dsn")  # a Config built by hand may leave it out
+        return "" if setting is None else str(setting.value)
 
     @property
     def store_path(self) -> Path:
@@ -126,9 +134,15 @@ def load_config(
                     )
                 settings[key.dotted] = Setting(coerce(key, raw, origin), origin)
     for key in KEYS:
-        if key.env and env.get(key.env) not in (None, ""):
-            origin = f"env {key.env}"
-            settings[key.dotted] = Setting(coerce(key, env[key.env], origin), origin)
+        names = [n for n in (key.env, *key.also_env) if n and env.get(n) not in (None, "")]
+        if len(names) > 1 and len({env[n] for n in names}) > 1:
+            raise ConfigError(
+                f"{' and '.join(names)} are both set, to different values; each sets "
+                f"{key.dotted}: set one"
+            )
+        if names:
+            origin = f"env {names[0]}"
+            settings[key.dotted] = Setting(coerce(key, env[names[0]], origin), origin)
     for dotted, raw in (flags or {}).items():
         if raw is None:
             continue
@@ -161,7 +175,10 @@ def render_show(config: Config) -> str:
     lines.append(f"# data dir:    {config.paths.data_dir}")
     lines.append(f"# cache dir:   {config.paths.cache_dir}")
     lines.append(f"# runtime dir: {config.paths.runtime_dir}")
-    lines.append(f"# store file:  {config.store_path}")
+    if config.store_kind in ("postgres", "cockroach"):
+        lines.append(f"# store dsn:   {mask_dsn(config.store_dsn) or '(none set)'}")
+    else:
+        lines.append(f"# store file:  {config.store_path}")
     for section in SECTIONS:
         lines.append(f"[{section}]")
         for key in (k for k in KEYS if k.section == section):
@@ -175,6 +192,8 @@ def _literal(dotted: str, value: Value) -> str:
     """One value as TOML, a secret shown only as set."""
     if dotted == "serve.auth_token" and value:
         return "(set)"
+    if dotted == "store.dsn" and isinstance(value, str):
+        return _inline(mask_dsn(value))
     if isinstance(value, tuple):
         shown = [e.shown() if isinstance(e, CredentialEntry) else e for e in value]
         return _inline(shown)
@@ -204,7 +223,8 @@ def render_default_file() -> str:
         for key in (k for k in KEYS if k.section == section):
             out.append(f"# {key.doc}")
             if key.env:
-                out.append(f"# (variable: {key.env})")
+                names = " or ".join((key.env, *key.also_env))
+                out.append(f"# (variable: {names})")
             if key.parse is not None:  # an array of tables: shown after every section
                 continue
             if key.secret:  # never in the file: say where it comes from instead

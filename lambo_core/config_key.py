@@ -20,6 +20,8 @@ class Key:
     default: Value
     doc: str
     env: str | None = None
+    #: more variables that set this key (each refused when it disagrees with another)
+    also_env: tuple[str, ...] = ()
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None

@@ -25,9 +25,10 @@ KEYS: tuple[Key, ...] = (
         "store",
         "kind",
         "sqlite",
-        "where memory lives: sqlite (a file) or memory (RAM, gone at exit)",
+        "where memory lives: sqlite (a file), memory (RAM, gone at exit), postgres or "
+        "cockroach (a database server, at store.dsn)",
         env="LAMBO_STORE",
-        choices=("sqlite", "memory"),
+        choices=("sqlite", "memory", "postgres", "cockroach"),
     ),
     Key(
         "store",
@@ -35,6 +36,17 @@ KEYS: tuple[Key, ...] = (
         "",
         "the SQLite file; empty means <data dir>/lambo.db",
         env="LAMBO_SQLITE_PATH",
+    ),
+    # A DSN with a password is masked wherever lambo shows it; better, leave the password
+    # out and let libpq find it (PGPASSWORD, ~/.pgpass).
+    Key(
+        "store",
+        "dsn",
+        "",
+        "the database of kind postgres or cockroach: a postgresql:// URI or libpq key=value "
+        "string (LAMBO_COCKROACH_DSN also sets it)",
+        env="LAMBO_POSTGRES_DSN",
+        also_env=("LAMBO_COCKROACH_DSN",),
     ),
     # [embedder]
     Key(

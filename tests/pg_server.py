@@ -47,7 +47,7 @@ def server() -> Any:
                 warnings.simplefilter("ignore")
                 import pgserver  # the test extra; imported here so collection never needs it
 
-                started = pgserver.get_server(_root / "data", cleanup_mode="stop")
+                started = pgserver.get_server(_root / "data", cleanup_mode="stop")  # type: ignore[attr-defined]
             with psycopg.connect(_admin_dsn(started), autocommit=True) as conn:
                 conn.execute(f"CREATE DATABASE {TEMPLATE}")
             with psycopg.connect(_admin_dsn(started, TEMPLATE), autocommit=True) as conn:

@@ -119,6 +119,44 @@ def test_provision_is_safe_to_run_twice(lambo_home: Path, tmp_path: Path) -> Non
     assert run("provision", "--store", "memory").returncode == 0
 
 
+def test_provision_migrates_a_postgres_store_once(pg_dsn: str) -> None:
+    from lambo_core.store.postgres.dsn import dsn_identity
+
+    env = {"LAMBO_STORE": "postgres", "LAMBO_POSTGRES_DSN": pg_dsn}
+    first = run("provision", env=env)
+    assert first.returncode == 0, first.stderr
+    assert (
+        first.stdout == f"store {dsn_identity(pg_dsn)}: schema version 1 (applied migrations 1)\n"
+    )
+    second = run("provision", env=env)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == f"store {dsn_identity(pg_dsn)}: schema version 1, already current\n"
+
+
+def test_provision_and_config_show_never_print_a_dsn_password(
+    pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "hunter2-Secret"
+    base, _, query = pg_dsn.partition("?")
+    head = base.rpartition("/")[0].replace("postgres:@", f"postgres:{secret}@")
+    env = {"LAMBO_STORE": "postgres", "LAMBO_POSTGRES_DSN": f"{head}/no_such_db?{query}"}
+    out = run("provision", env=env)
+    assert out.returncode == 1
+    assert out.stderr.splitlines()[-1] == (
+        "lambo: store error: the PostgreSQL store could not be reached; the detail was logged"
+    )
+    assert "no_such_db" in caplog.text  # the logged detail says why
+    shown = run("config", "show", env=env)
+    assert shown.returncode == 0
+    assert "postgres:***@" in shown.stdout
+    assert secret not in out.stdout + out.stderr + shown.stdout + shown.stderr + caplog.text
+    missing = run("provision", env={"LAMBO_STORE": "postgres"})
+    assert missing.returncode != 0
+    assert "store kind postgres needs a DSN: set store.dsn in lambo.toml or LAMBO_POSTGRES_DSN" in (
+        missing.stderr
+    )
+
+
 def test_provision_refuses_a_file_that_is_not_a_store(tmp_path: Path) -> None:
     bogus = tmp_path / "not-a-db.db"
     bogus.write_bytes(b"this is not sqlite" * 100)

@@ -116,7 +116,7 @@ def test_every_documented_variable_is_wired(tmp_path: Path) -> None:
         ("[recall]\ntop_k = 101\n", "at most 100"),
         ("[recall]\ntop_k = 'five'\n", "must be an integer"),
         ("[recall]\ntop_k = true\n", "must be an integer"),
-        ("[store]\nkind = 'postgres'\n", "must be one of sqlite, memory"),
+        ("[store]\nkind = 'mysql'\n", "must be one of sqlite, memory, postgres, cockroach"),
         ("[selection]\nskip_redundant = 'yes please'\n", "true or false"),
         ("store = 3\n", "must be a table"),
         ("[store\n", "not valid TOML"),

@@ -10,7 +10,7 @@ import asyncio
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from lambo_core.model import (
 )
 from lambo_core.receipts import ReceiptState
 from lambo_core.session import EmbedderPlan, Session
-from lambo_core.store import MemoryStore, SqliteStore
+from lambo_core.store import MemoryStore, SqliteStore, open_store
 from lambo_core.store.base import LEASE_LOST_TEXT, Fence, FencedOut, Store
 from lambo_core.writes import WritePipeline
 from tests.test_stop import DEADLINE_S, GatedEmbedder, derive, state
@@ -49,9 +49,13 @@ from tests.test_stop import DEADLINE_S, GatedEmbedder, derive, state
 S = "s"
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = SqliteStore(tmp_path / "f.db") if request.param == "sqlite" else MemoryStore()
+    made: Store
+    if request.param == "postgres":
+        made = open_store("postgres", None, request.getfixturevalue("pg_dsn"))
+    else:
+        made = SqliteStore(tmp_path / "f.db") if request.param == "sqlite" else MemoryStore()
     yield made
     made.close()
 
@@ -153,9 +157,23 @@ def test_a_fenced_out_write_in_a_worker_thread_sets_lost_on_the_loop(tmp_path: P
     asyncio.run(scenario())
 
 
-def _take_over(path: Path) -> None:
-    """Another process's takeover, as it reaches the file: the old lease expired, a new one."""
-    other = SqliteStore(path)
+Opener = Callable[[], Store]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def reopen(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens another store on one shared location, as another process would: a SQLite file
+    or a PostgreSQL database."""
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("pg_dsn")
+        return lambda: open_store("postgres", None, dsn)
+    path = tmp_path / "shared.db"
+    return lambda: SqliteStore(path)
+
+
+def _take_over(reopen: Opener) -> None:
+    """Another process's takeover, as it reaches the store: the old lease expired, a new one."""
+    other = reopen()
     try:
         current = other.get_lease(S)
         assert current is not None
@@ -166,17 +184,16 @@ def _take_over(path: Path) -> None:
 
 
 def test_a_fenced_pipeline_refuses_new_writes_and_settles_what_it_holds(
-    tmp_path: Path, minilm: OnnxEmbedder
+    reopen: Opener, minilm: OnnxEmbedder
 ) -> None:
-    path = tmp_path / "p.db"
     gated = GatedEmbedder(minilm)
-    store = SqliteStore(path)
+    store = reopen()
     keeper = LeaseKeeper(store, S, "old", pid=11, host="h")
     assert keeper.try_acquire() is not None
     p = WritePipeline(Session.open(store, S, EmbedderPlan.ready(gated))).start()
     receipts = [derive(p, f"fenced fact {i}") for i in range(5)]
     assert gated.entered.wait(DEADLINE_S)  # the worker is inside the first write
-    _take_over(path)
+    _take_over(reopen)
     gated.gate.set()
     assert p._thread is not None
     p._thread.join(DEADLINE_S)
@@ -196,7 +213,7 @@ def test_a_fenced_pipeline_refuses_new_writes_and_settles_what_it_holds(
     store.close()
 
     # The new holder replays every one of them, once.
-    fresh = SqliteStore(path)
+    fresh = reopen()
     owed = fresh.pending_intents(S)
     assert [i.receipt_id for i in owed] == receipts
     fresh.release_lease(S, 2)
@@ -333,14 +350,13 @@ def test_a_hub_that_lost_its_lease_answers_hub_gone(store: Store) -> None:
     asyncio.run(scenario())
 
 
-def test_a_heartbeat_thread_and_a_fenced_write_race_without_harm(tmp_path: Path) -> None:
+def test_a_heartbeat_thread_and_a_fenced_write_race_without_harm(reopen: Opener) -> None:
     """Two threads writing under one fence after the takeover: both refused, lost set once."""
-    path = tmp_path / "race.db"
-    store = SqliteStore(path)
+    store = reopen()
     keeper = LeaseKeeper(store, S, "a", pid=11, host="h")
     assert keeper.try_acquire() is not None
     store.ensure_session(S, 1.0)
-    _take_over(path)
+    _take_over(reopen)
     refusals: list[BaseException] = []
 
     def write() -> None:

@@ -37,11 +37,21 @@ S = "sess"
 T0 = 1_700_000_000.0
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+STORE_KINDS = ["sqlite", "memory", "postgres"]
+
+
+def open_kind(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A fresh store of ``kind``: a new SQLite file, RAM, or a new PostgreSQL database."""
+    if kind == "sqlite":
+        return SqliteStore(tmp_path / "db" / "lambo.db")
+    if kind == "memory":
+        return MemoryStore()
+    return open_store("postgres", None, request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture(params=STORE_KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened: Store = (
-        SqliteStore(tmp_path / "db" / "lambo.db") if request.param == "sqlite" else (MemoryStore())
-    )
+    opened = open_kind(request.param, request, tmp_path)
     opened.ensure_session(S, T0)
     yield opened
     opened.close()
@@ -111,19 +121,14 @@ def interaction(session: str = S, created_at: float = T0, summary: str = "call")
     )
 
 
-def intent(
-    receipt: str,
-    session: str = S,
-    payload: dict[str, Any] | None = None,
-    created_at: float = T0,
-) -> WriteIntent:
+def intent(receipt: str, session: str = S, payload: dict[str, Any] | None = None) -> WriteIntent:
     return WriteIntent(
         receipt_id=receipt,
         session=session,
         agent_id="agent-a",
         tool="lambo_derive",
         payload=payload if payload is not None else {"concepts": ["x"], "n": 1},
-        created_at=created_at,
+        created_at=T0,
     )
 
 
@@ -192,7 +197,10 @@ def test_gc_clock_is_persisted(store: Store) -> None:
 
 
 def test_schema_version_is_latest(store: Store) -> None:
-    assert store.schema_version() == LATEST_VERSION
+    from lambo_core.store.postgres import schema
+
+    latest = schema.LATEST_VERSION if store.kind == "postgres" else LATEST_VERSION
+    assert store.schema_version() == latest
 
 
 # -- apply -----------------------------------------------------------------------------
@@ -379,6 +387,21 @@ def test_vectors_round_trip_bit_exact(store: Store) -> None:
     assert again.vector.tobytes() == raw.tobytes()
     (listed,) = list(store.concepts(S))
     assert listed.vector is not None and listed.vector.tobytes() == raw.tobytes()
+
+
+def test_concepts_without_vectors_leave_them_out(store: Store) -> None:
+    with_vector = concept("has one", vector=np.array([0.6, 0.8], dtype=np.float32))
+    without = concept("has none")
+    write(store, with_vector, without)
+    bare = list(store.concepts(S, vectors=False))
+    assert [c.id for c in bare] == [with_vector.id, without.id]
+    assert [c.vector for c in bare] == [None, None]
+    full = list(store.concepts(S))
+    assert [c.content for c in bare] == [c.content for c in full]
+    for c in full:
+        c.vector = None
+    assert bare == full  # everything else as it is with vectors
+    assert list(store.concepts("nobody", vectors=False)) == []
 
 
 def test_vector_given_as_float64_is_stored_as_float32(store: Store) -> None:
@@ -634,22 +657,19 @@ def test_intents_get_growing_seq_and_come_back_pending_in_order(store: Store) ->
 
 def test_intents_lists_every_state_oldest_first(store: Store) -> None:
     store.ensure_session("other", T0)
-    store.add_intent(intent("r-b", created_at=T0 + 2))
-    store.add_intent(intent("r-a", created_at=T0 + 2))  # same time: receipt id decides
-    store.add_intent(intent("r-x", session="other", created_at=T0))
-    store.add_intent(intent("r-0", created_at=T0 + 1))
-    store.settle_intent("r-b", "applied", {"created": ["n"]}, T0 + 5, payload={"p": 1})
-    store.settle_intent("r-0", "failed", {"error": "cycle"}, T0 + 6)
+    late = WriteIntent("r-a", S, "agent-a", "lambo_derive", {"n": 1}, T0 + 5)
+    early_b = WriteIntent("r-b", S, "agent-a", "lambo_derive", {"n": 2}, T0)
+    early_a = WriteIntent("r-0", S, "agent-a", "lambo_action", {"n": 3}, T0, via="proj")
+    for made in (late, early_b, early_a):
+        store.add_intent(made)
+    store.add_intent(intent("r-other", session="other"))
+    store.settle_intent("r-b", "failed", {"why": "test"}, T0 + 6)
     listed = list(store.intents(S))
-    assert [i.receipt_id for i in listed] == ["r-0", "r-a", "r-b"]
-    assert [i.state for i in listed] == [
-        IntentState.FAILED,
-        IntentState.PENDING,
-        IntentState.APPLIED,
-    ]
-    assert listed[2].outcome == {"created": ["n"]} and listed[2].payload == {"p": 1}
-    assert listed[2].settled_at == T0 + 5
-    assert listed == [store.get_intent(i.receipt_id) for i in listed]
+    assert [i.receipt_id for i in listed] == ["r-0", "r-b", "r-a"]  # created, then receipt
+    assert [i.state for i in listed] == [IntentState.PENDING, IntentState.FAILED,
+                                         IntentState.PENDING]  # fmt: skip
+    assert listed == [store.get_intent(r) for r in ("r-0", "r-b", "r-a")]
+    assert listed[0].via == "proj" and listed[1].outcome == {"why": "test"}
     assert list(store.intents("nobody")) == []
 
 
@@ -830,6 +850,22 @@ def test_open_store(db_path: Path) -> None:
 def test_kinds() -> None:
     assert (MemoryStore.kind, MemoryStore.has_vector_search) == ("memory", False)
     assert (SqliteStore.kind, SqliteStore.has_vector_search) == ("sqlite", True)
+    assert MemoryStore.vector_in_store is False and SqliteStore.vector_in_store is False
+
+
+def test_listings_page_through_more_rows_than_a_page(store: Store) -> None:
+    from lambo_core.store.postgres.store import ROWS_PER_PAGE
+
+    made = [concept(f"paged {n}", created_at=T0 + n % 3) for n in range(ROWS_PER_PAGE + 5)]
+    calls = [interaction(created_at=T0 + n % 2) for n in range(ROWS_PER_PAGE + 3)]
+    write(store, *made, edges=tuple(edge(made[0].id, c.id) for c in made[1:]))
+    for call in calls:
+        store.apply(WriteBatch(session=S, interaction=call))
+    assert [c.id for c in store.concepts(S)] == [c.id for c in made]
+    assert len(list(store.edges(S))) == len(made) - 1
+    listed = list(store.interactions(S))
+    # time order, ties in the order written (a keyset page boundary falls inside a tie)
+    assert [i.id for i in listed] == [c.id for c in sorted(calls, key=lambda c: c.created_at)]
 
 
 def test_sqlite_reopen_persists_everything(db_path: Path) -> None:

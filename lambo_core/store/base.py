@@ -1,7 +1,8 @@
 """The ``Store`` protocol: durable state behind one small interface, and its fencing.
 
-Two implementations, ``SqliteStore`` (one file, many sessions) and ``MemoryStore``
-(RAM, for tests and ``--store memory``), pass one parametrized test suite; the
+Three implementations, ``SqliteStore`` (one file, many sessions), ``MemoryStore``
+(RAM, for tests and ``--store memory``) and ``PostgresStore`` (a PostgreSQL or
+CockroachDB database, ``postgres/``), pass one parametrized test suite; the
 rules each keeps are on ``Store``. Spec: lambo_recall's "Store / What recall uses",
 and "More than one client on one machine" for the lease.
 """
@@ -108,8 +109,11 @@ class Store(Protocol):
       methods themselves are not fenced.
     """
 
-    kind: str  # "sqlite" | "memory"
+    kind: str  # "sqlite" | "memory" | "postgres" | "cockroach"
     has_vector_search: bool
+    #: True only where vector search runs in the database (postgres); the hub then keeps
+    #: no session's vectors in RAM
+    vector_in_store: bool
 
     # -- schema -------------------------------------------------------------
     def schema_version(self) -> int: ...
@@ -134,7 +138,10 @@ class Store(Protocol):
     # -- graph ---------------------------------------------------------------
     def apply(self, batch: WriteBatch) -> None: ...
 
-    def concepts(self, session: str) -> Iterator[Concept]: ...
+    def concepts(self, session: str, *, vectors: bool = True) -> Iterator[Concept]:
+        """The session's concepts in insertion order; ``vectors=False`` leaves every
+        ``Concept.vector`` None and reads no vector bytes."""
+        ...
 
     def get_concept(self, session: str, node_id: str) -> Concept | None: ...
 
@@ -168,8 +175,8 @@ class Store(Protocol):
     def pending_intents(self, session: str) -> list[WriteIntent]: ...
 
     def intents(self, session: str) -> Iterator[WriteIntent]:
-        """Every intent of the session, in any state, oldest first (created time, then
-        receipt id)."""
+        """Every intent of the session, in any state, oldest first (by created time, then
+        receipt id: an order a copy of the store keeps)."""
         ...
 
     def get_intent(self, receipt_id: str) -> WriteIntent | None: ...

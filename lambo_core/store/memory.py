@@ -83,6 +83,7 @@ class _MemoryKeywordIndex:
 class MemoryStore:
     kind = "memory"
     has_vector_search = False
+    vector_in_store = False
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -235,15 +236,16 @@ class MemoryStore:
     def _concept_anywhere(self, node_id: str) -> bool:
         return any(node_id in s.concepts for s in self._sessions.values())
 
-    def _concept_out(self, state: _Session, concept: Concept) -> Concept:
-        return replace(concept, vector=blob_to_vector(state.vectors.get(concept.id)))
+    def _concept_out(self, state: _Session, concept: Concept, vectors: bool = True) -> Concept:
+        blob = state.vectors.get(concept.id) if vectors else None
+        return replace(concept, vector=blob_to_vector(blob))
 
-    def concepts(self, session: str) -> Iterator[Concept]:
+    def concepts(self, session: str, *, vectors: bool = True) -> Iterator[Concept]:
         with self._lock:
             state = self._sessions.get(session)
             if state is None:
                 return iter([])
-            return iter([self._concept_out(state, c) for c in state.concepts.values()])
+            return iter([self._concept_out(state, c, vectors) for c in state.concepts.values()])
 
     def get_concept(self, session: str, node_id: str) -> Concept | None:
         with self._lock:
@@ -362,7 +364,7 @@ class MemoryStore:
             return [self._intent_out(h) for h in sorted(held, key=lambda h: h.intent.seq)]
 
     def intents(self, session: str) -> Iterator[WriteIntent]:
-        """Every intent of the session, settled or not, by created time then receipt id."""
+        """Every intent of the session, any state, oldest first (created, then receipt id)."""
         with self._lock:
             held = [h for h in self._intents.values() if h.intent.session == session]
             held.sort(key=lambda h: (h.intent.created_at, h.intent.receipt_id))

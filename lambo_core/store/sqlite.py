@@ -80,6 +80,7 @@ class _FtsKeywordIndex:
 class SqliteStore:
     kind = "sqlite"
     has_vector_search = True
+    vector_in_store = False
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -215,9 +216,10 @@ class SqliteStore:
             if cur.rowcount != 1:
                 raise refused(f"no session {batch.session!r}")
 
-    def concepts(self, session: str) -> Iterator[Concept]:
+    def concepts(self, session: str, *, vectors: bool = True) -> Iterator[Concept]:
+        columns = CONCEPT_COLUMNS if vectors else CONCEPT_COLUMNS.replace("vector", "NULL")
         rows = self._db.read_iter(
-            f"SELECT {CONCEPT_COLUMNS} FROM concepts WHERE session = ? ORDER BY rid", (session,)
+            f"SELECT {columns} FROM concepts WHERE session = ? ORDER BY rid", (session,)
         )
         return (concept_from(row) for row in rows)
 
@@ -332,7 +334,7 @@ class SqliteStore:
         return [intent_from(row) for row in rows]
 
     def intents(self, session: str) -> Iterator[WriteIntent]:
-        """Every intent of the session, settled or not, by created time then receipt id."""
+        """Every intent of the session, any state, oldest first (created, then receipt id)."""
         rows = self._db.read_iter(
             f"SELECT {INTENT_COLUMNS} FROM write_intents WHERE session = ? "
             "ORDER BY created_at, receipt_id",
