@@ -35,7 +35,8 @@ from lambo_core.model import (
 )
 from lambo_core.store import SqliteStore, Store
 from lambo_core.store.copy import TABLES, count_rows
-from lambo_core.store.copy_location import mask_dsn, parse_location
+from lambo_core.store.copy_location import parse_location
+from lambo_core.store.postgres.dsn import mask_dsn
 from lambo_core.store.rows import vector_to_blob
 
 T0 = 1_700_000_000.0

@@ -70,7 +70,7 @@ class SourceView(Protocol):
 
     def interactions(self, session: str) -> Iterator[Interaction]: ...
 
-    def concepts(self, session: str) -> Iterator[Concept]: ...
+    def concepts(self, session: str, *, vectors: bool = True) -> Iterator[Concept]: ...
 
     def edges(self, session: str) -> Iterator[Edge]: ...
 
@@ -134,7 +134,7 @@ def count_rows(store: SourceView, session: str) -> dict[str, int]:
     """The session's rows, table by table."""
     return {
         "interactions": _count(store.interactions(session)),
-        "concepts": _count(store.concepts(session)),
+        "concepts": _count(store.concepts(session, vectors=False)),
         "edges": _count(store.edges(session)),
         "write_intents": _count(store.intents(session)),
         "canonization_events": len(store.canon_events(session)),

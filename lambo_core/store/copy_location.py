@@ -8,7 +8,6 @@ directory must exist (as for ``--store``).
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,26 +15,8 @@ from pathlib import Path
 from ..errors import ConfigError, ParameterError
 from . import migrations
 from .base import Store
+from .postgres.dsn import dsn_identity, looks_like_dsn, mask_dsn
 from .sqlite import SqliteStore
-
-# Until the PostgreSQL store's dsn module lands (issue 18, owner A), the two checks it
-# will own live here; the lead points these names at ``postgres/dsn.py`` on merge.
-_URI = re.compile(r"^postgres(?:ql)?://", re.IGNORECASE)
-_URI_PASSWORD = re.compile(r"^(postgres(?:ql)?://[^:/?#@]*):[^@/?#]*@", re.IGNORECASE)
-_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", re.IGNORECASE)
-_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
-
-
-def looks_like_dsn(text: str) -> bool:
-    """A postgres:// or postgresql:// URI, or a libpq ``key=value`` string."""
-    return bool(_URI.match(text.strip())) or "=" in text
-
-
-def mask_dsn(dsn: str) -> str:
-    """The DSN with any password shown as ``***`` (URI userinfo, ``?password=``, key=value)."""
-    masked = _URI_PASSWORD.sub(r"\1:***@", dsn)
-    masked = _QUERY_PASSWORD.sub(r"\1***", masked)
-    return _KV_PASSWORD.sub(r"\1***", masked)
 
 
 @dataclass(frozen=True)
@@ -57,7 +38,7 @@ class Location:
         if self.path is not None and other.path is not None:
             return _same_file(self.path, other.path)
         if self.dsn is not None and other.dsn is not None:
-            return _dsn_key(self.dsn) == _dsn_key(other.dsn)
+            return dsn_identity(self.dsn) == dsn_identity(other.dsn)
         return False
 
 
@@ -82,17 +63,6 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
     except OSError:
         return False
-
-
-def _dsn_key(dsn: str) -> tuple[str, ...]:
-    """What names a database in a DSN (host, port, dbname, user), password left out."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:  # an unparsable DSN: compare its masked text
-        return (mask_dsn(dsn),)
-    return tuple(str(parts.get(k) or "") for k in ("host", "port", "dbname", "user"))
 
 
 def _sqlite_schema(path: Path) -> list[int] | None:
@@ -143,7 +113,9 @@ def open_target(location: Location) -> Store:
 
 
 def _open_postgres(location: Location) -> Store:
-    raise ConfigError(
-        f"{location.flag} {location.shown} is a PostgreSQL DSN, and this build has no "
-        "PostgreSQL store"
-    )
+    """A PostgreSQL store (psycopg is imported only here); its schema is migrated on open,
+    as by any serve of it."""
+    from . import open_store
+
+    assert location.dsn is not None
+    return open_store("postgres", None, location.dsn)
