@@ -450,3 +450,20 @@ def test_a_copy_stopped_part_way_says_so_and_a_rerun_finishes_it(
     assert read(target_path, "alpha") == read(source, "alpha")
     assert read(target_path, "beta") == read(source, "beta")
     assert "canonization_events 3/3 (--from/--to): ok" in out
+
+
+def test_from_with_an_older_schema_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    import sqlite3
+
+    from lambo_core.store import migrations
+
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old, isolation_level=None)
+    migrations.migrate(conn, upto=migrations.LATEST_VERSION - 1)
+    conn.close()
+    before = old.read_bytes()
+    code, _, err = run("--from", str(old), "--to", str(tmp_path / "to.db"))
+    assert code == 2
+    assert f"older than this lambo's {migrations.LATEST_VERSION}" in err
+    assert f"`lambo provision --store {old}`" in err
+    assert old.read_bytes() == before and not (tmp_path / "to.db").exists()

@@ -70,3 +70,16 @@ def test_postgres_to_postgres_on_one_server(tmp_path: Path, pg_dsn: str) -> None
             pg.close()
     finally:
         pg_server.drop_database(other)
+
+
+def test_a_database_without_lambo_schema_is_refused_as_from_and_not_written(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    import psycopg
+
+    code, _, err = run("--from", pg_dsn, "--to", str(tmp_path / "to.db"))
+    assert code == 2 and "is not a lambo store" in err
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT to_regclass('schema_migrations') IS NULL").fetchone()
+    assert row == (True,)  # opening it would have migrated it
+    assert not (tmp_path / "to.db").exists()

@@ -79,23 +79,48 @@ def _sqlite_schema(path: Path) -> list[int] | None:
         conn.close()
 
 
+def _check_schema(
+    location: Location, versions: list[int] | None, latest: int, provision: str
+) -> None:
+    """Refuse a ``--from`` that is no lambo store, or whose schema opening would migrate."""
+    if not versions:
+        raise ParameterError(
+            f"{location.flag} {location.shown} is not a lambo store (no schema recorded)"
+        )
+    if versions[-1] < latest:
+        raise ConfigError(
+            f"{location.flag} {location.shown} has schema version {versions[-1]}, older than "
+            f"this lambo's {latest}; a copy never writes into {location.flag}, so migrate it "
+            f"first: {provision}"
+        )
+
+
+def _postgres_schema(dsn: str) -> list[int]:
+    """The migrations a database records, read on one connection that writes nothing."""
+    from .postgres.connection import connect
+    from .postgres.schema import applied_versions
+
+    conn = connect(dsn)
+    try:
+        return applied_versions(conn)
+    finally:
+        conn.close()
+
+
 def open_source(location: Location) -> Store:
-    """``--from``, opened without writing into it."""
+    """``--from``, opened without writing into it: its schema must be current already."""
     if location.dsn is not None:
+        from .postgres.schema import LATEST_VERSION
+
+        provision = "`lambo provision` with this database as the configured store"
+        _check_schema(location, _postgres_schema(location.dsn), LATEST_VERSION, provision)
         return _open_postgres(location)
     assert location.path is not None
     path = location.path
     if not path.is_file():
         raise ParameterError(f"{location.flag} names no SQLite store file ({path})")
-    versions = _sqlite_schema(path)
-    if not versions:
-        raise ParameterError(f"{location.flag} {path} is not a lambo store (no schema recorded)")
-    if versions[-1] < migrations.LATEST_VERSION:
-        raise ConfigError(
-            f"{location.flag} {path} has schema version {versions[-1]}, older than this "
-            f"lambo's {migrations.LATEST_VERSION}; a copy never writes into {location.flag}, "
-            f"so run `lambo provision --store {path}` first"
-        )
+    provision = f"`lambo provision --store {path}`"
+    _check_schema(location, _sqlite_schema(path), migrations.LATEST_VERSION, provision)
     return SqliteStore(path)
 
 
