@@ -337,9 +337,17 @@ def test_dsn_locations_are_parsed_and_shown_masked() -> None:
     assert path.path == Path(os.path.expanduser("~/lambo.db")) and not path.same_as(uri)
 
 
-def test_dsn_password_is_never_shown(tmp_path: Path) -> None:
+def test_dsn_password_is_never_shown(
+    source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     code, out, err = run("--from", str(tmp_path / "none.db"), "--to", "postgresql://u:hunter2@h/d")
     assert code == 2 and "hunter2" not in out + err
+    caplog.set_level("DEBUG")
+    nobody = "postgresql://lambo:hunter2@127.0.0.1:9/mem?connect_timeout=2"  # nothing listens
+    code, out, err = run("--from", str(source), "--to", nobody)
+    assert code == 1 and "store error" in err
+    assert "hunter2" not in out + err + caplog.text
+    assert "--to postgresql://lambo:***@127.0.0.1:9/mem" in err
 
 
 class _WriterMeanwhile:

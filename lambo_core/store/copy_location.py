@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, ParameterError
+from ..errors import ConfigError, ParameterError, StoreError
 from . import migrations
 from .base import Store
 from .postgres.dsn import dsn_identity, looks_like_dsn, mask_dsn
@@ -95,12 +95,18 @@ def _check_schema(
         )
 
 
-def _postgres_schema(dsn: str) -> list[int]:
+def _postgres_schema(location: Location) -> list[int]:
     """The migrations a database records, read on one connection that writes nothing."""
     from .postgres.connection import connect
     from .postgres.schema import applied_versions
 
-    conn = connect(dsn)
+    assert location.dsn is not None
+    try:
+        conn = connect(location.dsn)
+    except StoreError as exc:
+        raise StoreError(
+            f"{location.flag} {location.shown}: {exc.message}", detail=exc.detail
+        ) from None
     try:
         return applied_versions(conn)
     finally:
@@ -113,7 +119,7 @@ def open_source(location: Location) -> Store:
         from .postgres.schema import LATEST_VERSION
 
         provision = "`lambo provision` with this database as the configured store"
-        _check_schema(location, _postgres_schema(location.dsn), LATEST_VERSION, provision)
+        _check_schema(location, _postgres_schema(location), LATEST_VERSION, provision)
         return _open_postgres(location)
     assert location.path is not None
     path = location.path
@@ -139,8 +145,13 @@ def open_target(location: Location) -> Store:
 
 def _open_postgres(location: Location) -> Store:
     """A PostgreSQL store (psycopg is imported only here); its schema is migrated on open,
-    as by any serve of it."""
+    as by any serve of it. A failure names the side and the DSN, masked."""
     from . import open_store
 
     assert location.dsn is not None
-    return open_store("postgres", None, location.dsn)
+    try:
+        return open_store("postgres", None, location.dsn)
+    except StoreError as exc:
+        raise StoreError(
+            f"{location.flag} {location.shown}: {exc.message}", detail=exc.detail
+        ) from None
