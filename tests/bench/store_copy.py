@@ -1,11 +1,12 @@
-"""`lambo store copy` timing. Run by hand: ``python tests/bench/store_copy.py [--to DSN]``.
+"""`lambo store copy` timing. Run by hand: ``python tests/bench/store_copy.py [--postgres]``.
 
 Builds a SQLite store (cached under /tmp, keyed on the size) with one session of N
 concepts with random unit 1024-d vectors, a DERIVES edge and a Dependency edge per
 concept, an interaction and an applied intent per 5 concepts and a canonization event per
 100; then times ``lambo store copy`` (a subprocess, as a user runs it) into a fresh SQLite
-file, or into ``--to DSN`` (which must name an empty database). Prints the wall time and
-rows/s; asserts nothing.
+file, or into ``--to DSN`` (which must name an empty database); ``--postgres`` copies into
+a fresh database on the tests' own server (tests/pg_server.py) and back into SQLite.
+Prints the command's lines and its wall time; asserts nothing.
 """
 
 from __future__ import annotations
@@ -84,20 +85,35 @@ def main() -> None:
     parser.add_argument("--concepts", type=int, default=10_000)
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--to", help="a DSN to copy into (default: a fresh SQLite file)")
+    parser.add_argument("--postgres", action="store_true", help="to the test server and back")
     args = parser.parse_args()
     source = Path(tempfile.gettempdir()) / f"lambo-bench-copy-{args.concepts}-{args.dim}.db"
     if not source.exists():
         started = time.perf_counter()
         build(source, args.concepts, args.dim)
         print(f"built {source} in {time.perf_counter() - started:.1f} s")
+    if args.postgres:
+        from tests import pg_server
+
+        dsn = pg_server.new_database("bench")
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                copy(str(source), dsn, args)
+                copy(dsn, str(Path(tmp) / "back.db"), args)
+        finally:
+            pg_server.drop_database(dsn)
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        target = args.to or str(Path(tmp) / "to.db")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        command = [sys.executable, "-m", "lambo_core", "store", "copy", "--from", str(source),
-                   "--to", target]  # fmt: skip
-        started = time.perf_counter()
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        seconds = time.perf_counter() - started
+        copy(str(source), args.to or str(Path(tmp) / "to.db"), args)
+
+
+def copy(source: str, target: str, args: argparse.Namespace) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "lambo_core", "store", "copy", "--from", source,
+               "--to", target]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
     print(done.stdout, end="")
     if done.returncode != 0:
         print(done.stderr, end="", file=sys.stderr)
