@@ -21,6 +21,7 @@ from .demo import demo_cmd
 from .model import model_group
 from .serve import provision, serve
 from .setup_clients import setup_cmd
+from .store import store_group
 from .tools import TOOL_COMMANDS
 
 
@@ -55,6 +56,7 @@ for _command in (
     model_group,
     canon_group,
     session_group,
+    store_group,
 ):
     cli.add_command(_command)
 
