@@ -5,6 +5,7 @@ The table here has the contract's vector columns only; the store's own table has
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,6 +110,30 @@ def test_results_match_exact_cosine_on_small_data(conn: Any) -> None:
         assert [h.node_id for h in got] == [node_id for node_id, _ in want]
         for hit, (_, score) in zip(got, want, strict=True):
             assert hit.cosine == pytest.approx(score, abs=1e-5)
+
+
+def test_a_connection_with_a_binary_vector_dumper_sends_the_array(conn: Any) -> None:
+    """The store's connections dump numpy arrays as binary ``vector``: the same answers."""
+    rng = np.random.default_rng(10)
+    rows = clustered(rng, 200, 16)
+    vectors.ensure_vector_index(conn, 16)
+    ids = insert(conn, "s", rows)
+    text_hits = vectors.top_k(conn, "s", 16, rows[9], 10)
+    info = psycopg.types.TypeInfo.fetch(conn, "vector")
+    assert info is not None
+
+    class BinaryVector(psycopg.adapt.Dumper):
+        format = psycopg.pq.Format.BINARY
+        oid = info.oid
+
+        def dump(self, obj: Any) -> bytes:
+            values = np.ascontiguousarray(obj, dtype=">f4").ravel()
+            return struct.pack(">HH", values.size, 0) + values.tobytes()
+
+    conn.adapters.register_dumper(np.ndarray, BinaryVector)
+    binary_hits = vectors.top_k(conn, "s", 16, rows[9], 10)
+    assert binary_hits == text_hits
+    assert [h.node_id for h in binary_hits] == [n for n, _ in exact(ids, rows, rows[9], 10)]
 
 
 def test_an_unnormalised_query_is_scaled_not_refused(conn: Any) -> None:
