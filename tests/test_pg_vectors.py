@@ -11,11 +11,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
 import pytest
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
 
 from lambo_core.store.postgres import vectors
-
-psycopg = pytest.importorskip("psycopg")
 
 TABLE = """
 CREATE TABLE concepts (
@@ -119,11 +121,11 @@ def test_a_connection_with_a_binary_vector_dumper_sends_the_array(conn: Any) -> 
     vectors.ensure_vector_index(conn, 16)
     ids = insert(conn, "s", rows)
     text_hits = vectors.top_k(conn, "s", 16, rows[9], 10)
-    info = psycopg.types.TypeInfo.fetch(conn, "vector")
+    info = TypeInfo.fetch(conn, "vector")
     assert info is not None
 
-    class BinaryVector(psycopg.adapt.Dumper):
-        format = psycopg.pq.Format.BINARY
+    class BinaryVector(Dumper):
+        format = Format.BINARY
         oid = info.oid
 
         def dump(self, obj: Any) -> bytes:

@@ -15,7 +15,7 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +25,7 @@ from ..model import EdgeType, Vector, WriteBatch
 from ..store.base import KeywordIndex, Store
 from .caches import EdgeSummaries, LegCache
 from .graph import SessionGraph
-from .store_vectors import StoreVectors, VectorStore, store_holds_vectors
+from .store_vectors import StoreVectors, VectorStore
 from .vectors import SessionVectors, VectorMatrix, capacity_for
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class SessionIndex:
         record = store.get_session(session)
         dim = _contract_dim(record.embedding_contract if record else None)
         want_vectors = bool(store.has_vector_search)
-        if want_vectors and store_holds_vectors(store):
+        if want_vectors and store.vector_in_store:
             return cls._open_in_store(store, session, dim)
         graph = SessionGraph(session)
         rows = _RowCollector(dim)
@@ -185,9 +185,9 @@ class SessionIndex:
     @classmethod
     def _open_in_store(cls, store: Store, session: str, dim: int | None) -> SessionIndex:
         """The graph from a scan without vectors; vectors stay in the store."""
-        held: Any = store  # vector_in_store: it has concepts(vectors=) and the vector calls
+        held = cast(VectorStore, store)  # vector_in_store: it answers the vector calls
         graph = SessionGraph(session)
-        for concept in held.concepts(session, vectors=False):
+        for concept in store.concepts(session, vectors=False):
             graph.adopt_concept(concept)
         graph.load_edges(store.edges(session))
         for interaction in store.interactions(session):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -202,8 +202,3 @@ class StoreVectors:
         if ids:
             matrix.add_many(ids, np.stack(rows))
         return matrix
-
-
-def store_holds_vectors(store: Any) -> bool:
-    """Whether ``store`` searches vectors itself (``vector_in_store``: PostgreSQL)."""
-    return bool(getattr(store, "vector_in_store", False))

@@ -12,17 +12,34 @@ of the candidates here. Every value from a caller travels as a parameter.
 
 HNSW indexes ``vector`` up to 2000 dimensions; a wider session is searched exactly (a
 scan of its rows in the database, correct but slower), see ``indexable``.
+
+CockroachDB (``dialect="cockroach"``, untested here): its vector index wants a typed
+``VECTOR(n)`` column, which one table of every width does not have, so no index is made
+there and the same statement, without pgvector's settings, scans the session's rows.
+
+``VectorLeg`` is what ``PostgresStore`` calls: the pool, errors as ``StoreError``, and
+each width's index made once, at its first vector or contract.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 from psycopg import ProgrammingError, sql
 from psycopg.adapt import PyFormat
+
+from ...errors import StoreError
+from .connection import vector_from_text
+
+if TYPE_CHECKING:
+    from .connection import Database
+
+log = logging.getLogger(__name__)
 
 MAX_DIM = 16_000  # pgvector's widest vector
 MAX_INDEXED_DIM = 2_000  # HNSW over vector: wider columns cannot be indexed
@@ -77,15 +94,20 @@ def _expr(dim: int) -> sql.Composable:
     return sql.SQL("(embedding::vector({}))").format(sql.Literal(dim))
 
 
-def ensure_vector_index(conn: Any, dim: int) -> bool:
-    """Create width ``dim``'s HNSW index if missing; False when ``dim`` is too wide to index.
+def ensure_vector_index(conn: Any, dim: int, dialect: str = "postgres") -> bool:
+    """Create width ``dim``'s HNSW index if missing; False when none can be made here (too
+    wide, or CockroachDB).
 
     Runs in a transaction of its own (or a savepoint of the caller's). CREATE INDEX takes
     a SHARE lock on ``concepts`` while it builds: cheap at a width's first write, when
-    no row of it exists yet, which is when the store calls this.
+    no row of it exists yet, which is when the store calls this. An index already there
+    is seen first, without that lock.
     """
-    if not indexable(dim):
+    if dialect == "cockroach" or not indexable(dim):
         return False
+    found = conn.execute("SELECT to_regclass(%s)", (index_name(dim),)).fetchone()
+    if found is not None and found[0] is not None:
+        return True
     statement = sql.SQL(
         "CREATE INDEX IF NOT EXISTS {name} ON concepts USING hnsw ({expr} vector_cosine_ops) "
         "WHERE vector_dim = {dim}"
@@ -120,6 +142,7 @@ def top_k(
     exclude_ids: Iterable[str] = (),
     exclude_statuses: Iterable[str] = (),
     ef_search: int = EF_SEARCH,
+    dialect: str = "postgres",
 ) -> list[VectorHit]:
     """The ``k`` concepts of ``session`` (width ``dim``) nearest ``query`` by cosine, best first.
 
@@ -136,7 +159,9 @@ def top_k(
     statuses = sorted(set(exclude_statuses))
     limit = k + len(excluded) + EXTRA_CANDIDATES
     ef = max(1, min(MAX_EF_SEARCH, max(ef_search, limit)))
-    rows = _search(conn, session, dim, _query_param(conn, q), limit, excluded, statuses, ef)
+    rows = _search(
+        conn, session, dim, _query_param(conn, q), limit, excluded, statuses, ef, dialect
+    )
     hits = [VectorHit(str(node_id), float(cosine)) for node_id, cosine in rows]
     hits.sort(key=lambda h: (-h.cosine, h.node_id))
     return hits[:k]
@@ -181,6 +206,7 @@ def _search(
     excluded: Sequence[str],
     statuses: Sequence[str],
     ef: int,
+    dialect: str,
 ) -> list[tuple[Any, Any]]:
     params: dict[str, Any] = {"q": q, "session": session, "limit": limit}
     if excluded:
@@ -188,6 +214,8 @@ def _search(
     if statuses:
         params["statuses"] = list(statuses)
     statement = search_sql(dim, exclude_ids=bool(excluded), exclude_statuses=bool(statuses))
+    if dialect == "cockroach":  # no pgvector settings there
+        return list(conn.execute(statement, params).fetchall())
     with conn.pipeline(), conn.transaction():
         conn.execute(
             "SELECT set_config('hnsw.ef_search', %s, true), "
@@ -199,14 +227,22 @@ def _search(
 
 
 def vectors_of(
-    conn: Any, session: str, ids: Iterable[str], dim: int | None = None
+    conn: Any,
+    session: str,
+    ids: Iterable[str],
+    dim: int | None = None,
+    dialect: str = "postgres",
 ) -> dict[str, npt.NDArray[np.float32]]:
-    """The stored vectors of those of ``ids`` that have one (of width ``dim`` if given)."""
+    """The stored vectors of those of ``ids`` that have one (of width ``dim`` if given).
+
+    PostgreSQL sends ``vector_send``'s bytes (exact, whatever the connection's
+    adapters); CockroachDB, which has no such function, the text form."""
     wanted = sorted(set(ids))
     if not wanted:
         return {}
+    column = "embedding::STRING" if dialect == "cockroach" else "vector_send(embedding)"
     statement = (
-        "SELECT id, vector_send(embedding) FROM concepts "
+        f"SELECT id, {column} FROM concepts "
         "WHERE session = %s AND id = ANY(%s) AND embedding IS NOT NULL"
     )
     params: list[Any] = [session, wanted]
@@ -214,6 +250,8 @@ def vectors_of(
         statement += " AND vector_dim = %s"
         params.append(check_dim(dim))
     rows = conn.execute(statement, params).fetchall()
+    if dialect == "cockroach":
+        return {str(node_id): vector_from_text(str(raw)) for node_id, raw in rows}
     return {str(node_id): from_send(bytes(raw)) for node_id, raw in rows}
 
 
@@ -224,3 +262,56 @@ def vector_count(conn: Any, session: str, dim: int) -> int:
         (session, check_dim(dim)),
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+class VectorLeg:
+    """``PostgresStore``'s vector calls on its pool; driver errors as ``StoreError``."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._lock = threading.Lock()
+        self._tried: set[int] = set()  # widths whose index was made (or could not be)
+
+    def ensure_index(self, dim: int) -> None:
+        """Width ``dim``'s index, made once per store; a failure is logged, not raised: a
+        width without its index is still searched, exactly, so no write is refused."""
+        with self._lock:
+            if dim in self._tried:
+                return
+            self._tried.add(dim)
+        dialect = self._db.dialect
+        try:
+            made = self._db.reading(lambda conn: ensure_vector_index(conn, dim, dialect))
+        except StoreError as exc:
+            log.warning(
+                "vector index for width %d not made (%s); that width is searched exactly",
+                dim,
+                exc.detail,
+            )
+            return
+        if not made:
+            log.info("no vector index for width %d here: it is searched exactly", dim)
+
+    def top_k(
+        self,
+        session: str,
+        dim: int,
+        query: npt.ArrayLike,
+        k: int,
+        exclude_statuses: Sequence[str] = (),
+    ) -> list[tuple[str, float]]:
+        dialect = self._db.dialect
+        hits = self._db.reading(
+            lambda conn: top_k(
+                conn, session, dim, query, k, exclude_statuses=exclude_statuses, dialect=dialect
+            )
+        )
+        return [(h.node_id, h.cosine) for h in hits]
+
+    def vectors_of(self, session: str, ids: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
+        wanted = list(ids)
+        dialect = self._db.dialect
+        return self._db.reading(lambda conn: vectors_of(conn, session, wanted, dialect=dialect))
+
+    def count(self, session: str, dim: int) -> int:
+        return self._db.reading(lambda conn: vector_count(conn, session, dim))
