@@ -28,11 +28,17 @@ T0 = 1_700_000_000.0
 DIM = 8
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened: Store = (
-        SqliteStore(tmp_path / "db" / "lambo.db") if request.param == "sqlite" else MemoryStore()
-    )
+    opened: Store
+    if request.param == "postgres":  # vectors stay in the database (StoreVectors)
+        from lambo_core.store.postgres.store import PostgresStore
+
+        opened = PostgresStore(request.getfixturevalue("pg_dsn"))
+    elif request.param == "sqlite":
+        opened = SqliteStore(tmp_path / "db" / "lambo.db")
+    else:
+        opened = MemoryStore()
     opened.ensure_session(S, T0)
     yield opened
     opened.close()
