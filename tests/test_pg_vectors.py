@@ -185,6 +185,7 @@ def test_two_widths_share_the_table(conn: Any) -> None:
     assert vectors.vector_count(conn, "s", 8) == 300
     assert vectors.vector_count(conn, "s", 24) == 300
     assert vectors.vector_count(conn, "s", 9) == 0
+    assert vectors.vector_count(conn, "s", 8, at_most=1) == 1
 
 
 def test_exclusions_by_id_and_status(conn: Any) -> None:

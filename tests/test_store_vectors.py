@@ -77,9 +77,10 @@ class SearchingStore(SqliteStore):
             if c.id in wanted and c.vector is not None
         }
 
-    def vector_count(self, session: str, dim: int) -> int:
+    def vector_count(self, session: str, dim: int, at_most: int | None = None) -> int:
         self.calls["vector_count"] += 1
-        return len(self._rows(session, dim)[0])
+        found = len(self._rows(session, dim)[0])
+        return found if at_most is None else min(found, at_most)
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ class VectorStore(Protocol):
 
     def vector_of(self, session: str, ids: Iterable[str]) -> dict[str, Vector]: ...
 
-    def vector_count(self, session: str, dim: int) -> int: ...
+    def vector_count(self, session: str, dim: int, at_most: int | None = None) -> int: ...
 
     def concepts(self, session: str, *, vectors: bool = True) -> Iterator[Concept]: ...
 
@@ -97,11 +97,17 @@ class StoreVectors:
         return count
 
     def __bool__(self) -> bool:
-        """Any vector to search: no store call once one is known (recall asks every time)."""
+        """Any vector to search: no store call once one is known (recall asks every time);
+        else the store looks for one row, not a count of them all."""
         with self._lock:
-            if self._nonempty:
-                return True
-        return len(self) > 0
+            if self._nonempty or self._count is not None:
+                return self._nonempty
+            epoch = self._epoch
+        found = self.store.vector_count(self.session, self.dim, at_most=1) > 0
+        with self._lock:
+            if epoch == self._epoch and found:
+                self._nonempty = True
+        return found
 
     def __contains__(self, node_id: object) -> bool:
         return isinstance(node_id, str) and self.get(node_id) is not None

@@ -384,8 +384,8 @@ class PostgresStore:
         """The stored vectors of those of ``ids`` that have one, in one query."""
         return self._vectors.vectors_of(session, ids)
 
-    def vector_count(self, session: str, dim: int) -> int:
-        return self._vectors.count(session, dim)
+    def vector_count(self, session: str, dim: int, at_most: int | None = None) -> int:
+        return self._vectors.count(session, dim, at_most)
 
     # -- write intents -----------------------------------------------------------
 

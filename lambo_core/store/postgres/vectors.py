@@ -255,12 +255,19 @@ def vectors_of(
     return {str(node_id): from_send(bytes(raw)) for node_id, raw in rows}
 
 
-def vector_count(conn: Any, session: str, dim: int) -> int:
-    """How many of the session's concepts hold a vector of width ``dim``."""
-    row = conn.execute(
-        "SELECT count(*) FROM concepts WHERE session = %s AND vector_dim = %s",
-        (session, check_dim(dim)),
-    ).fetchone()
+def vector_count(conn: Any, session: str, dim: int, at_most: int | None = None) -> int:
+    """How many of the session's concepts hold a vector of width ``dim`` (counting no
+    further than ``at_most``: "is there one" stops at the first row)."""
+    if at_most is None:
+        statement = "SELECT count(*) FROM concepts WHERE session = %s AND vector_dim = %s"
+        params: tuple[Any, ...] = (session, check_dim(dim))
+    else:
+        statement = (
+            "SELECT count(*) FROM (SELECT 1 FROM concepts "
+            "WHERE session = %s AND vector_dim = %s LIMIT %s) AS found"
+        )
+        params = (session, check_dim(dim), max(0, at_most))
+    row = conn.execute(statement, params).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -313,5 +320,5 @@ class VectorLeg:
         dialect = self._db.dialect
         return self._db.reading(lambda conn: vectors_of(conn, session, wanted, dialect=dialect))
 
-    def count(self, session: str, dim: int) -> int:
-        return self._db.reading(lambda conn: vector_count(conn, session, dim))
+    def count(self, session: str, dim: int, at_most: int | None = None) -> int:
+        return self._db.reading(lambda conn: vector_count(conn, session, dim, at_most))
