@@ -241,6 +241,26 @@ def test_bad_input_is_refused_before_the_database(
         vectors.top_k(None, "s", dim, np.asarray(query), k)
 
 
+def test_a_failed_search_leaves_the_connection_idle(conn: Any) -> None:
+    conn.execute("DROP TABLE concepts")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        vectors.top_k(conn, "s", 4, np.ones(4, dtype=np.float32), 3)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_inside_a_caller_s_transaction_nothing_is_committed(conn: Any, pg_dsn: str) -> None:
+    rng = np.random.default_rng(12)
+    rows = clustered(rng, 20, 4)
+    insert(conn, "s", rows)
+    with psycopg.connect(pg_dsn) as caller:  # not autocommit: psycopg opens a transaction
+        caller.execute("DELETE FROM concepts WHERE id = 'n00000'")
+        hits = vectors.top_k(caller, "s", 4, rows[0], 3)
+        assert "n00000" not in {h.node_id for h in hits}  # it sees its own delete
+        caller.rollback()
+    assert vectors.top_k(conn, "s", 4, rows[0], 1)[0].node_id == "n00000"
+
+
 def test_the_session_name_is_a_parameter_not_sql(conn: Any) -> None:
     rng = np.random.default_rng(9)
     rows = clustered(rng, 5, 4)

@@ -23,6 +23,7 @@ each width's index made once, at its first vector or contract.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Sequence
@@ -30,8 +31,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-from psycopg import ProgrammingError, sql
+from psycopg import Error, ProgrammingError, sql
 from psycopg.adapt import PyFormat
+from psycopg.pq import TransactionStatus
 
 from ...errors import StoreError
 from .connection import vector_from_text
@@ -146,8 +148,9 @@ def top_k(
 ) -> list[VectorHit]:
     """The ``k`` concepts of ``session`` (width ``dim``) nearest ``query`` by cosine, best first.
 
-    One round trip: the transaction, its two SET LOCALs and the search go out as one
-    pipeline. Ties are broken by node id, as ``VectorMatrix.top_k`` does.
+    On an idle autocommit connection (the store's pool) one round trip: the transaction,
+    its two SET LOCALs and the search go out as one pipeline; inside a caller's
+    transaction, a savepoint of it. Ties are broken by node id, as ``VectorMatrix.top_k``.
     """
     dim = check_dim(dim)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -216,14 +219,34 @@ def _search(
     statement = search_sql(dim, exclude_ids=bool(excluded), exclude_statuses=bool(statuses))
     if dialect == "cockroach":  # no pgvector settings there
         return list(conn.execute(statement, params).fetchall())
-    with conn.pipeline(), conn.transaction():
-        conn.execute(
-            "SELECT set_config('hnsw.ef_search', %s, true), "
-            "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-            (str(ef),),
-        )
-        cur = conn.execute(statement, params)
+    # SET LOCAL, as set_config(..., true): the settings end with the transaction
+    settings = (
+        "SELECT set_config('hnsw.ef_search', %s, true), "
+        "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+    )
+    if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+        return _one_trip(conn, (settings, (str(ef),)), (statement, params))
+    with conn.transaction():  # inside a caller's transaction: a savepoint of it
+        conn.execute(settings, (str(ef),))
+        return list(conn.execute(statement, params).fetchall())
+
+
+def _one_trip(conn: Any, settings: tuple[str, Any], search: tuple[Any, Any]) -> list[Any]:
+    """BEGIN, the settings, the search and COMMIT sent as one pipeline: one round trip
+    (a ``transaction()`` block waits for its BEGIN, and each statement, apart)."""
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute(*settings)
+            cur = conn.execute(*search)
+            conn.execute("COMMIT")
         return list(cur.fetchall())
+    except BaseException:
+        # a failed statement skips the COMMIT: leave the connection idle, as found
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(Error):
+                conn.execute("ROLLBACK")
+        raise
 
 
 def vectors_of(
