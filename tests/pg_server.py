@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ def server() -> Any:
                 import pgserver  # the test extra; imported here so collection never needs it
 
                 started = pgserver.get_server(_root / "data", cleanup_mode="stop")  # type: ignore[attr-defined]
+            _use_portable_pgvector(started)
             with psycopg.connect(_admin_dsn(started), autocommit=True) as conn:
                 conn.execute(f"CREATE DATABASE {TEMPLATE}")
             with psycopg.connect(_admin_dsn(started, TEMPLATE), autocommit=True) as conn:
@@ -55,6 +57,35 @@ def server() -> Any:
             _server = started
             atexit.register(_stop)
         return _server
+
+
+def _use_portable_pgvector(started: Any) -> None:
+    """Point the server at a portable pgvector where the shipped one cannot run on this
+    CPU (tests/pgvector_portable.py), and wait until new sessions see it."""
+    import psycopg
+    from psycopg import sql
+
+    from tests.pgvector_portable import portable_pgvector, search_paths
+
+    where = portable_pgvector()
+    if where is None:
+        return
+    settings = search_paths(where)
+    with psycopg.connect(_admin_dsn(started), autocommit=True) as conn:
+        for name, value in settings.items():
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+        conn.execute("SELECT pg_reload_conf()")
+    deadline = time.monotonic() + 30
+    while True:  # the reload reaches new backends once the postmaster has read it
+        with psycopg.connect(_admin_dsn(started), autocommit=True) as conn:
+            row = conn.execute("SHOW dynamic_library_path").fetchone()
+        if row is not None and row[0] == settings["dynamic_library_path"]:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server did not take the portable pgvector's paths")
+        time.sleep(0.05)
 
 
 def _stop() -> None:

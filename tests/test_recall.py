@@ -947,11 +947,19 @@ FACTS = [
 ]
 
 
-@pytest.fixture
-def hybrid(tmp_path: Path, minilm: OnnxEmbedder) -> Iterator[Session]:
-    pipeline = WritePipeline(
-        Session.open(SqliteStore(tmp_path / "v.db"), "s", EmbedderPlan.ready(minilm))
-    ).start()
+@pytest.fixture(params=["sqlite", "postgres"])
+def hybrid(
+    request: pytest.FixtureRequest, tmp_path: Path, minilm: OnnxEmbedder
+) -> Iterator[Session]:
+    """The facts written through the pipeline: on SQLite (vectors in RAM) and on
+    PostgreSQL (vectors searched in the database)."""
+    if request.param == "postgres":
+        from lambo_core.store.postgres.store import PostgresStore
+
+        store: Any = PostgresStore(request.getfixturevalue("pg_dsn"))
+    else:
+        store = SqliteStore(tmp_path / "v.db")
+    pipeline = WritePipeline(Session.open(store, "s", EmbedderPlan.ready(minilm))).start()
     for text in FACTS:
         ack = pipeline.submit(
             "lambo_derive",
@@ -969,6 +977,7 @@ def hybrid(tmp_path: Path, minilm: OnnxEmbedder) -> Iterator[Session]:
         pipeline.session.receipts.wait(ack.structured["receipt"], "agent-a", "s", 30_000)
     yield pipeline.session
     pipeline.close()
+    store.close()
 
 
 def test_vector_leg_finds_meaning_without_shared_words(hybrid: Session) -> None:

@@ -28,11 +28,17 @@ T0 = 1_700_000_000.0
 DIM = 8
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    opened: Store = (
-        SqliteStore(tmp_path / "db" / "lambo.db") if request.param == "sqlite" else MemoryStore()
-    )
+    opened: Store
+    if request.param == "postgres":  # vectors stay in the database (StoreVectors)
+        from lambo_core.store.postgres.store import PostgresStore
+
+        opened = PostgresStore(request.getfixturevalue("pg_dsn"))
+    elif request.param == "sqlite":
+        opened = SqliteStore(tmp_path / "db" / "lambo.db")
+    else:
+        opened = MemoryStore()
     opened.ensure_session(S, T0)
     yield opened
     opened.close()
@@ -94,7 +100,7 @@ def snapshot(index: SessionIndex) -> dict[str, object]:
     edges = sorted((e.src, e.dst, e.edge_type.value, e.weight) for e in g.iter_edges())
     vectors = None
     if index.vectors is not None:
-        matrix = index.vectors
+        matrix = index.vectors.in_ram()
         vectors = {node: np.asarray(matrix.get(node)).tolist() for node in sorted(matrix.ids())}
     return {
         "concepts": sorted(g.concept_ids()),
@@ -202,7 +208,7 @@ def test_many_rows_across_chunk_boundaries(
         written.extend(concepts)
     index = SessionIndex.open(sqlite_store, S)
     assert index.vectors is not None and len(index.vectors) == 70
-    assert index.vectors.capacity >= 70
+    assert index.vectors.in_ram().capacity >= 70
     for c in written:
         assert c.vector is not None
         np.testing.assert_array_equal(index.vectors.get(c.id), c.vector)

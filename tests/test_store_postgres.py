@@ -217,7 +217,7 @@ def test_open_config_store_and_provision_use_the_dsn(pg_dsn: str, tmp_path: Path
     )
     assert provision_store(config).endswith("already current")
     opened = open_config_store(config)
-    assert opened.kind == "postgres" and opened.vector_in_store is False
+    assert opened.kind == "postgres" and opened.vector_in_store is True
     opened.close()
 
 

@@ -60,12 +60,14 @@ def suspected_cmd(
     try:
         require_session(held, session)
         index = SessionIndex.open(held, session)
+        # the pairs compare every row with every row: read them while the store is open
+        vectors = index.vectors.in_ram() if index.vectors is not None else None
     finally:
         held.close()
     source = "--threshold"
     if threshold is None:
         threshold, source = merge_threshold(config)
-    pairs = suspected_pairs(index.graph, index.vectors, threshold)
+    pairs = suspected_pairs(index.graph, vectors, threshold)
     if as_json:
         payload = {
             "session": session,
@@ -76,7 +78,7 @@ def suspected_cmd(
         }
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
         return
-    if index.vectors is None or len(index.vectors) == 0:
+    if vectors is None or len(vectors) == 0:
         click.echo(f"session {session}: no stored vectors, so no pair can be read")
         return
     recorded = sum(p.recorded for p in pairs)

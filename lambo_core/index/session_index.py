@@ -1,7 +1,9 @@
 """One session's read-side indices, bundled: graph, vectors, keywords, their lock and caches.
 
 ``SessionIndex.open`` rebuilds the graph and the vector matrix from the store in one
-pass; the keyword index is the store's own. After each committed batch the apply
+pass; the keyword index is the store's own. A store that searches vectors itself
+(``vector_in_store``: PostgreSQL) keeps them: the open reads no vector and ``vectors`` is
+a ``StoreVectors`` view over the store. After each committed batch the apply
 worker calls ``SessionIndex.apply`` so the RAM copies follow the store. ``lock``
 guards every mutation and graph traversal: take it after embedding, never around it.
 """
@@ -13,7 +15,7 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +25,8 @@ from ..model import EdgeType, Vector, WriteBatch
 from ..store.base import KeywordIndex, Store
 from .caches import EdgeSummaries, LegCache
 from .graph import SessionGraph
-from .vectors import VectorMatrix, capacity_for
+from .store_vectors import StoreVectors, VectorStore
+from .vectors import SessionVectors, VectorMatrix, capacity_for
 
 log = logging.getLogger(__name__)
 
@@ -123,16 +126,18 @@ class SessionIndex:
         self,
         session: str,
         graph: SessionGraph,
-        vectors: VectorMatrix | None,
+        vectors: SessionVectors | None,
         keywords: KeywordIndex,
         *,
         vector_search: bool = True,
+        vector_store: VectorStore | None = None,
     ) -> None:
         self.session = session
         self.graph = graph
         self.vectors = vectors  # None: no vector search here, or no dim known yet
         self.keywords = keywords
         self.vector_search = vector_search
+        self.vector_store = vector_store  # set: vectors live (and are searched) there
         self.lock = threading.RLock()
         self.skipped_vectors = 0  # stored vectors whose width did not match (left out)
         self.score_table: ScoreTable | None = None  # canonization's Solo bar (canon/solo.py)
@@ -148,6 +153,8 @@ class SessionIndex:
         record = store.get_session(session)
         dim = _contract_dim(record.embedding_contract if record else None)
         want_vectors = bool(store.has_vector_search)
+        if want_vectors and store.vector_in_store:
+            return cls._open_in_store(store, session, dim)
         graph = SessionGraph(session)
         rows = _RowCollector(dim)
         with _no_hugepage_advice():
@@ -175,8 +182,22 @@ class SessionIndex:
             )
         return index
 
+    @classmethod
+    def _open_in_store(cls, store: Store, session: str, dim: int | None) -> SessionIndex:
+        """The graph from a scan without vectors; vectors stay in the store."""
+        held = cast(VectorStore, store)  # vector_in_store: it answers the vector calls
+        graph = SessionGraph(session)
+        for concept in store.concepts(session, vectors=False):
+            graph.adopt_concept(concept)
+        graph.load_edges(store.edges(session))
+        for interaction in store.interactions(session):
+            graph.add_interaction(interaction.id)
+        vectors = StoreVectors(held, session, dim) if dim is not None else None
+        keywords = store.keyword_index(session)
+        return cls(session, graph, vectors, keywords, vector_store=held)
+
     # -- mutation ---------------------------------------------------------------
-    def ensure_vectors(self, dim: int) -> VectorMatrix:
+    def ensure_vectors(self, dim: int) -> SessionVectors:
         """The session's matrix, created at ``dim`` if none exists yet.
 
         Raises ValueError if a matrix of another width already exists, or if this
@@ -186,7 +207,11 @@ class SessionIndex:
             raise ValueError("this store has no vector search")
         with self.lock:
             if self.vectors is None:
-                self.vectors = VectorMatrix(dim)
+                self.vectors = (
+                    VectorMatrix(dim)
+                    if self.vector_store is None
+                    else StoreVectors(self.vector_store, self.session, dim)
+                )
             elif self.vectors.dim != dim:
                 raise ValueError(
                     f"vector width {dim} does not match the session's {self.vectors.dim}"
@@ -206,7 +231,7 @@ class SessionIndex:
             else {}
         )
         with self.lock:
-            matrix: VectorMatrix | None = None
+            matrix: SessionVectors | None = None
             if rows:
                 first = next(iter(rows.values()))
                 dim = self.vectors.dim if self.vectors is not None else int(first.shape[-1])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,31 @@ def capacity_for(rows: int) -> int:
     while cap < rows:
         cap *= 2
     return cap
+
+
+class SessionVectors(Protocol):
+    """What recall, writes and canonization use of a session's vectors: a
+    ``VectorMatrix`` in RAM, or ``StoreVectors`` over a store that searches them itself."""
+
+    dim: int
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, node_id: object) -> bool: ...
+
+    def top_k(
+        self, query: npt.ArrayLike, k: int, exclude: set[str] | None = None
+    ) -> list[tuple[str, float]]: ...
+
+    def get(self, node_id: str) -> Vector | None: ...
+
+    def prefetch(self, node_ids: Iterable[str]) -> None: ...
+
+    def add_many(self, ids: Sequence[str], matrix: npt.ArrayLike) -> None: ...
+
+    def remove(self, node_id: str) -> bool: ...
+
+    def in_ram(self) -> VectorMatrix: ...
 
 
 class VectorMatrix:
@@ -187,6 +213,12 @@ class VectorMatrix:
         with self._lock:
             at = self._rows.get(node_id)
             return None if at is None else self._mat[at].copy()
+
+    def prefetch(self, node_ids: Iterable[str]) -> None:
+        """Nothing to fetch: every row is here (``StoreVectors`` fetches)."""
+
+    def in_ram(self) -> VectorMatrix:
+        return self
 
     def top_k(
         self, query: npt.ArrayLike, k: int, exclude: set[str] | None = None

@@ -151,7 +151,7 @@ def run_legs(
         out.names = tuple(question_names(query))
         out.named = _name_searches(index, out.names, depth)
     matrix = index.vectors if LEG_VECTOR in legs and embedder is not None else None
-    if matrix is not None and len(matrix) > 0:
+    if matrix is not None and matrix:  # StoreVectors answers without a store call
         vector = embedder.embed_query(query)
         if vector.shape[-1] != matrix.dim:
             raise StoreError(

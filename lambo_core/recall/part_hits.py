@@ -38,7 +38,7 @@ from .parts import (
 if TYPE_CHECKING:
     from ..index.caches import LegResults
     from ..index.graph import SessionGraph
-    from ..index.vectors import VectorMatrix
+    from ..index.vectors import SessionVectors
     from ..model import Concept
 
 
@@ -46,7 +46,7 @@ class QueryRelevance:
     """A hit's relevance to one question (see the module doc); lock held."""
 
     def __init__(
-        self, graph: SessionGraph, query: str, legs: LegResults, vectors: VectorMatrix | None
+        self, graph: SessionGraph, query: str, legs: LegResults, vectors: SessionVectors | None
     ) -> None:
         self.graph = graph
         self.wanted = set(keyword_query(query).split())

@@ -14,7 +14,7 @@ from ..canon.rules import CanonRules
 from ..context import render_context
 from ..index.caches import LegResults
 from ..model import EdgeType
-from ..selection import select_distinct
+from ..selection import checked_count, select_distinct
 from ..text import fold_case
 from .dependency import DependencyAnchor, dependency_header, find_dependency_anchor
 from .fusion import Candidate, Ranking, Scorer, coverage, fuse, order_candidates, rank_key
@@ -151,6 +151,9 @@ def recall_parts(
             supersession_line=shows_supersession_line(session, defaults),
         )
         vectors = index.vectors
+        if vectors is not None and (embedder is not None or leg_results.vector_ran):
+            # one store call for the rows the repeat checks and relevance read (none in RAM)
+            vectors.prefetch(c.node_id for c in ranked[: checked_count(request.top_k)])
         selection = select_distinct(
             graph,
             [c.node_id for c in ranked],
@@ -182,6 +185,8 @@ def recall_parts(
             notes=notes,
             skipped=selection.skipped,
         )
+        if vectors is not None and leg_results.vector_ran:
+            vectors.prefetch(p.cand.node_id for p in picks)  # usually all fetched above
         relevance = QueryRelevance(graph, request.query, leg_results, vectors)
         hits = part_hits(graph, picks, described, relevance, notes)
 

@@ -242,7 +242,7 @@ class Builder:
         read these hits; nothing searches again.
         """
         matrix = self.session.index.vectors
-        if vector is None or self._threshold is None or matrix is None or len(matrix) == 0:
+        if vector is None or self._threshold is None or matrix is None or not matrix:
             return []
         if matrix.dim != vector.shape[0]:
             return []

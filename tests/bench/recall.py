@@ -275,8 +275,9 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
     # edges in the background (about 1.5 s at 100k)
     start_summary_warm(session.index)
     assert wait_for_summaries(session.index, 60)
-    matrix = session.index.vectors
-    assert matrix is not None and len(matrix) == n
+    assert session.index.vectors is not None
+    matrix = session.index.vectors.in_ram()  # the SQLite store's own matrix (no copy)
+    assert len(matrix) == n
     defaults = RecallDefaults()
 
     def query_text(i: int, tag: str) -> str:

@@ -172,8 +172,8 @@ def measure(path: Path, reps: int) -> dict[str, Any]:
     for _ in store.edges(SESSION):
         pass
     out["scan_edges_s"] = time.perf_counter() - t0
-    vectors = index.vectors
-    assert vectors is not None
+    assert index.vectors is not None
+    vectors = index.vectors.in_ram()  # the SQLite store's own matrix (no copy)
     n_all = len(vectors)
     dim = vectors.dim
     rng = np.random.default_rng(7)

@@ -214,6 +214,17 @@ class Database:
         except psycopg.Error as exc:
             raise StoreError(READ_FAILED, detail=_driver_text(exc, self._dsn)) from None
 
+    def reading(self, body: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``body`` on a pooled connection (autocommit: it opens any transaction it
+        needs), its driver errors the caller-safe read refusal."""
+        try:
+            with self.pool.connection() as conn:
+                return body(conn)
+        except PoolTimeout as exc:
+            raise StoreError(UNREACHABLE, detail=_driver_text(exc, self._dsn)) from None
+        except psycopg.Error as exc:
+            raise StoreError(READ_FAILED, detail=_driver_text(exc, self._dsn)) from None
+
     def close(self) -> None:
         if self._closed:
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +49,7 @@ from ..sqlite_rows import (
 from . import leases, schema
 from .connection import Database, vector_from_text
 from .keywords import TSV_SQL, PgKeywordIndex, tsv_text
+from .vectors import VectorLeg
 
 ROWS_PER_PAGE = 1000  # rows per keyset page of a listing
 
@@ -108,11 +109,13 @@ def _concept_row(c: Concept) -> tuple[Any, ...]:
 
 class PostgresStore:
     has_vector_search = True
-    #: vector search runs in the database (the vector leg's module sets this when it lands)
-    vector_in_store = False
+    #: vector search runs in the database (pgvector HNSW, ``vectors.py``): the hub keeps
+    #: no session's vectors in RAM (index/store_vectors.py)
+    vector_in_store = True
 
     def __init__(self, dsn: str, *, dialect: str = "postgres") -> None:
         self._db = Database(dsn, dialect)
+        self._vectors = VectorLeg(self._db)
         self.kind = dialect  # "postgres" | "cockroach"
         #: versions this open applied (what `lambo provision` reports)
         self.migrations_applied: list[int] = self._db.migrations_applied
@@ -197,6 +200,9 @@ class PostgresStore:
 
     def stamp_contract(self, name: str, contract: dict[str, Any]) -> None:
         self._update_session(name, "embedding_contract = %s", (to_json(contract),))
+        dim = contract.get("dim")
+        if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+            self._vectors.ensure_index(dim)  # before the session's first vector lands
 
     def mark_shared_layer(self, name: str) -> None:
         self._update_session(name, "shared_layer = true", ())
@@ -211,6 +217,8 @@ class PostgresStore:
     def apply(self, batch: WriteBatch) -> None:
         """Commit the whole batch in one transaction, or nothing (see base.py)."""
         check_batch_sessions(batch)
+        for dim in {c.vector.size for c in batch.concepts if c.vector is not None}:
+            self._vectors.ensure_index(int(dim))  # once per width: a set lookup after that
         self._db.write(batch.session, lambda cur: self._apply(cur, batch))
 
     def _apply(self, cur: Cursor, batch: WriteBatch) -> None:
@@ -358,6 +366,26 @@ class PostgresStore:
 
     def keyword_index(self, session: str) -> PgKeywordIndex:
         return PgKeywordIndex(self._db, session)
+
+    # -- the vector leg (vectors.py) --------------------------------------------------
+    def vector_top_k(
+        self,
+        session: str,
+        dim: int,
+        query: Any,
+        k: int,
+        exclude_statuses: Sequence[str] = (),
+    ) -> list[tuple[str, float]]:
+        """The session's ``k`` concepts of width ``dim`` nearest ``query`` (cosine), best
+        first, searched in the database."""
+        return self._vectors.top_k(session, dim, query, k, exclude_statuses)
+
+    def vector_of(self, session: str, ids: Iterable[str]) -> dict[str, Any]:
+        """The stored vectors of those of ``ids`` that have one, in one query."""
+        return self._vectors.vectors_of(session, ids)
+
+    def vector_count(self, session: str, dim: int, at_most: int | None = None) -> int:
+        return self._vectors.count(session, dim, at_most)
 
     # -- write intents -----------------------------------------------------------
 

@@ -1,0 +1,269 @@
+"""The pgvector leg (lambo_core/store/postgres/vectors.py) against a real PostgreSQL.
+
+The table here has the contract's vector columns only; the store's own table has more.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+import pytest
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
+
+from lambo_core.store.postgres import vectors
+
+TABLE = """
+CREATE TABLE concepts (
+    session text NOT NULL,
+    id text NOT NULL,
+    status text NOT NULL DEFAULT 'none',
+    vector_dim integer,
+    embedding vector,
+    PRIMARY KEY (session, id)
+)
+"""
+
+
+@pytest.fixture
+def conn(pg_dsn: str) -> Iterator[Any]:
+    with psycopg.connect(pg_dsn, autocommit=True) as opened:
+        opened.execute(TABLE)
+        yield opened
+
+
+def clustered(rng: np.random.Generator, n: int, dim: int) -> npt.NDArray[np.float32]:
+    """Unit rows around a few centres: near neighbours are close, as real embeddings are."""
+    centres = rng.standard_normal((8, dim)).astype(np.float32)
+    rows = centres[rng.integers(0, 8, n)] + 0.6 * rng.standard_normal((n, dim)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows.astype(np.float32)
+
+
+def insert(
+    conn: Any,
+    session: str,
+    rows: npt.NDArray[np.float32],
+    prefix: str = "n",
+    status: str = "none",
+) -> list[str]:
+    ids = [f"{prefix}{i:05d}" for i in range(len(rows))]
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO concepts (session, id, status, vector_dim, embedding) "
+            "VALUES (%s, %s, %s, %s, %s::vector)",
+            [
+                (session, node_id, status, rows.shape[1], vectors.vector_text(row))
+                for node_id, row in zip(ids, rows, strict=True)
+            ],
+        )
+    conn.execute("ANALYZE concepts")
+    return ids
+
+
+def exact(
+    ids: list[str], rows: npt.NDArray[np.float32], q: npt.NDArray[np.float32], k: int
+) -> list[tuple[str, float]]:
+    scores = rows @ q
+    order = sorted(range(len(ids)), key=lambda i: (-float(scores[i]), ids[i]))[:k]
+    return [(ids[i], float(scores[i])) for i in order]
+
+
+def plan(conn: Any, dim: int, q: npt.NDArray[np.float32], **params: Any) -> str:
+    """EXPLAIN of the very statement ``top_k`` sends."""
+    statement = vectors.search_sql(
+        dim, exclude_ids="excluded" in params, exclude_statuses="statuses" in params
+    )
+    lines = conn.execute(
+        psycopg.sql.SQL("EXPLAIN ") + statement,
+        {"q": vectors.vector_text(q), "session": "s", "limit": 20, **params},
+    ).fetchall()
+    return "\n".join(line for (line,) in lines)
+
+
+def test_the_planner_uses_the_width_s_hnsw_index(conn: Any) -> None:
+    rng = np.random.default_rng(1)
+    rows = clustered(rng, 3000, 32)
+    assert vectors.ensure_vector_index(conn, 32)
+    insert(conn, "s", rows)
+    assert "Index Scan using concepts_hnsw_32" in plan(conn, 32, rows[0])
+    filtered = plan(conn, 32, rows[0], excluded=["n00001"], statuses=["superseded"])
+    assert "Index Scan using concepts_hnsw_32" in filtered
+    # and the search itself runs through it: it answers inside one pipelined transaction
+    hits = vectors.top_k(conn, "s", 32, rows[0], 5)
+    assert hits[0].node_id == "n00000"
+    assert hits[0].cosine == pytest.approx(1.0, abs=1e-5)
+
+
+def test_results_match_exact_cosine_on_small_data(conn: Any) -> None:
+    rng = np.random.default_rng(2)
+    rows = clustered(rng, 400, 16)
+    vectors.ensure_vector_index(conn, 16)
+    ids = insert(conn, "s", rows)
+    for q in clustered(rng, 10, 16):
+        got = vectors.top_k(conn, "s", 16, q, 10)
+        want = exact(ids, rows, q, 10)
+        assert [h.node_id for h in got] == [node_id for node_id, _ in want]
+        for hit, (_, score) in zip(got, want, strict=True):
+            assert hit.cosine == pytest.approx(score, abs=1e-5)
+
+
+def test_a_connection_with_a_binary_vector_dumper_sends_the_array(conn: Any) -> None:
+    """The store's connections dump numpy arrays as binary ``vector``: the same answers."""
+    rng = np.random.default_rng(10)
+    rows = clustered(rng, 200, 16)
+    vectors.ensure_vector_index(conn, 16)
+    ids = insert(conn, "s", rows)
+    text_hits = vectors.top_k(conn, "s", 16, rows[9], 10)
+    info = TypeInfo.fetch(conn, "vector")
+    assert info is not None
+
+    class BinaryVector(Dumper):
+        format = Format.BINARY
+        oid = info.oid
+
+        def dump(self, obj: Any) -> bytes:
+            values = np.ascontiguousarray(obj, dtype=">f4").ravel()
+            return struct.pack(">HH", values.size, 0) + values.tobytes()
+
+    conn.adapters.register_dumper(np.ndarray, BinaryVector)
+    binary_hits = vectors.top_k(conn, "s", 16, rows[9], 10)
+    assert binary_hits == text_hits
+    assert [h.node_id for h in binary_hits] == [n for n, _ in exact(ids, rows, rows[9], 10)]
+
+
+def test_an_unnormalised_query_is_scaled_not_refused(conn: Any) -> None:
+    rng = np.random.default_rng(3)
+    rows = clustered(rng, 50, 8)
+    vectors.ensure_vector_index(conn, 8)
+    ids = insert(conn, "s", rows)
+    got = vectors.top_k(conn, "s", 8, 7.0 * rows[3], 3)
+    assert [h.node_id for h in got] == [node_id for node_id, _ in exact(ids, rows, rows[3], 3)]
+
+
+def test_the_session_filter_keeps_to_the_session(conn: Any) -> None:
+    rng = np.random.default_rng(4)
+    big = clustered(rng, 3000, 32)
+    small = clustered(rng, 40, 32)
+    vectors.ensure_vector_index(conn, 32)
+    insert(conn, "big", big, prefix="b")
+    small_ids = insert(conn, "small", small, prefix="s")
+    for q in (big[0], small[0]):
+        got = vectors.top_k(conn, "small", 32, q, 10)
+        assert [h.node_id for h in got] == [n for n, _ in exact(small_ids, small, q, 10)]
+        # a session smaller than k gives every row it has, no other session's
+        every = vectors.top_k(conn, "small", 32, q, 100)
+        assert sorted(h.node_id for h in every) == small_ids
+    assert vectors.top_k(conn, "nobody", 32, big[0], 10) == []
+
+
+def test_two_widths_share_the_table(conn: Any) -> None:
+    rng = np.random.default_rng(5)
+    narrow, wide = clustered(rng, 300, 8), clustered(rng, 300, 24)
+    assert vectors.ensure_vector_index(conn, 8)
+    assert vectors.ensure_vector_index(conn, 24)
+    assert vectors.ensure_vector_index(conn, 24)  # twice is fine
+    narrow_ids = insert(conn, "s", narrow, prefix="a")
+    wide_ids = insert(conn, "s", wide, prefix="w")
+    got = vectors.top_k(conn, "s", 24, wide[7], 5)
+    assert [h.node_id for h in got] == [n for n, _ in exact(wide_ids, wide, wide[7], 5)]
+    got = vectors.top_k(conn, "s", 8, narrow[7], 5)
+    assert [h.node_id for h in got] == [n for n, _ in exact(narrow_ids, narrow, narrow[7], 5)]
+    indexes = {
+        name
+        for (name,) in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'concepts'"
+        ).fetchall()
+    }
+    assert {"concepts_hnsw_8", "concepts_hnsw_24"} <= indexes
+    assert vectors.vector_count(conn, "s", 8) == 300
+    assert vectors.vector_count(conn, "s", 24) == 300
+    assert vectors.vector_count(conn, "s", 9) == 0
+    assert vectors.vector_count(conn, "s", 8, at_most=1) == 1
+
+
+def test_exclusions_by_id_and_status(conn: Any) -> None:
+    rng = np.random.default_rng(6)
+    rows = clustered(rng, 60, 8)
+    vectors.ensure_vector_index(conn, 8)
+    ids = insert(conn, "s", rows[:50])
+    insert(conn, "s", rows[50:], prefix="x", status="superseded")
+    q = rows[55]
+    got = vectors.top_k(conn, "s", 8, q, 5, exclude_ids=[ids[0], ids[1]])
+    assert not {ids[0], ids[1]} & {h.node_id for h in got}
+    got = vectors.top_k(conn, "s", 8, q, 60, exclude_statuses=["superseded"])
+    assert sorted(h.node_id for h in got) == ids
+
+
+def test_vectors_come_back_exactly(conn: Any) -> None:
+    rng = np.random.default_rng(7)
+    rows = clustered(rng, 5, 12)
+    ids = insert(conn, "s", rows)
+    got = vectors.vectors_of(conn, "s", [ids[1], ids[3], "missing"])
+    assert set(got) == {ids[1], ids[3]}
+    assert np.array_equal(got[ids[1]], rows[1])
+    assert got[ids[3]].dtype == np.float32
+    assert vectors.vectors_of(conn, "s", [ids[1]], dim=13) == {}
+    assert vectors.vectors_of(conn, "s", []) == {}
+
+
+def test_a_width_past_hnsw_s_limit_is_searched_exactly(conn: Any) -> None:
+    rng = np.random.default_rng(8)
+    rows = clustered(rng, 30, 2048)
+    assert not vectors.ensure_vector_index(conn, 2048)
+    ids = insert(conn, "s", rows)
+    got = vectors.top_k(conn, "s", 2048, rows[4], 3)
+    assert [h.node_id for h in got] == [n for n, _ in exact(ids, rows, rows[4], 3)]
+
+
+@pytest.mark.parametrize(
+    ("dim", "query", "k", "message"),
+    [
+        (0, [1.0], 1, "vector dim must be an integer from 1"),
+        (True, [1.0], 1, "vector dim must be an integer from 1"),
+        (2, [1.0, 0.0, 0.0], 1, "query vector must have shape (2,)"),
+        (2, [0.0, 0.0], 1, "query vector must be finite and non-zero"),
+        (2, [float("nan"), 1.0], 1, "query vector must be finite and non-zero"),
+        (2, [1, 0], 1, "query vector must be floating point"),
+        (2, [1.0, 0.0], -1, "k must be a non-negative integer"),
+    ],
+)
+def test_bad_input_is_refused_before_the_database(
+    dim: Any, query: list[float], k: int, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        vectors.top_k(None, "s", dim, np.asarray(query), k)
+
+
+def test_a_failed_search_leaves_the_connection_idle(conn: Any) -> None:
+    conn.execute("DROP TABLE concepts")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        vectors.top_k(conn, "s", 4, np.ones(4, dtype=np.float32), 3)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_inside_a_caller_s_transaction_nothing_is_committed(conn: Any, pg_dsn: str) -> None:
+    rng = np.random.default_rng(12)
+    rows = clustered(rng, 20, 4)
+    insert(conn, "s", rows)
+    with psycopg.connect(pg_dsn) as caller:  # not autocommit: psycopg opens a transaction
+        caller.execute("DELETE FROM concepts WHERE id = 'n00000'")
+        hits = vectors.top_k(caller, "s", 4, rows[0], 3)
+        assert "n00000" not in {h.node_id for h in hits}  # it sees its own delete
+        caller.rollback()
+    assert vectors.top_k(conn, "s", 4, rows[0], 1)[0].node_id == "n00000"
+
+
+def test_the_session_name_is_a_parameter_not_sql(conn: Any) -> None:
+    rng = np.random.default_rng(9)
+    rows = clustered(rng, 5, 4)
+    insert(conn, "s", rows)
+    assert vectors.top_k(conn, "s' OR '1'='1", 4, rows[0], 5) == []
+    assert conn.execute("SELECT count(*) FROM concepts").fetchone()[0] == 5
