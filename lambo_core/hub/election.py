@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ..clock import Clock
 from ..errors import LamboError
+from ..model import Lease
 from ..paths import APP, socket_dir
 from ..store.base import Store
 from .answers import (
@@ -30,7 +31,15 @@ from .answers import (
     unavailable_result,
 )
 from .forwarder import DEFAULT_FORWARD_TIMEOUT_S, Forwarder, HubGone, HubSilent
-from .lease import HEARTBEAT, LEASE_TTL, LeaseKeeper, holder_description, lease_free
+from .lease import (
+    HEARTBEAT,
+    LEASE_TTL,
+    LeaseKeeper,
+    held_on_another_host,
+    holder_description,
+    lease_free,
+    other_host_refusal,
+)
 from .server import HubServer
 from .socket_dir import (
     SocketDirRefused,
@@ -139,6 +148,8 @@ class SessionHub:
         self._election: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()
         self._waiting_logged = False
+        #: the token of the lease on another host this serve last said it waits out
+        self._elsewhere_logged: int | None = None
         self._background: set[asyncio.Task[None]] = set()
         #: whether the election may take the lease (see the class docstring)
         self._want_lease = True
@@ -296,13 +307,19 @@ class SessionHub:
     def closed(self) -> bool:
         return self.role == "closed"
 
+    async def _current_lease(self) -> Lease | None:
+        """The session's lease as the store has it now; None (logged) when it cannot be read."""
+        try:
+            return await asyncio.to_thread(self.keeper.current)
+        except LamboError as exc:
+            log.warning("hub: the lease could not be read: %s (%s)", exc.message, exc.detail)
+            return None
+
     async def _candidates(self) -> list[Path]:
         if self.store_path is None:
             return []
-        try:
-            lease = await asyncio.to_thread(self.keeper.current)
-        except LamboError as exc:
-            log.warning("hub: the lease could not be read: %s (%s)", exc.message, exc.detail)
+        lease = await self._current_lease()
+        if lease is None:
             return []
         return hub_candidates(self.session, self.store_path, self._env, lease, self._warn)
 
@@ -326,10 +343,17 @@ class SessionHub:
         try:
             path = await forwarder.connect()
         except HubGone as exc:
+            current = await self._current_lease()
+            now = self.keeper.clock.now()
+            if current is not None and held_on_another_host(current, now, host=self.keeper.host):
+                # no socket reaches that hub: take the session over once its lease expires
+                self._want_lease = True
+                if self._elsewhere_logged != current.token:
+                    self._elsewhere_logged = current.token
+                    log.warning("hub: %s", other_host_refusal(self.session, current, now).message)
+                return False
             if not self._waiting_logged:
                 self._waiting_logged = True
-                current = await asyncio.to_thread(self.keeper.current)
-                now = self.keeper.clock.now()
                 held = (
                     "nobody (the lease is free)"
                     if lease_free(current, now) or current is None
