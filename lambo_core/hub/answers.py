@@ -75,6 +75,7 @@ def unavailable_result(
     now: float,
     dir_rule: str | None = None,
     warn: WarnOnce | None = None,
+    host: str | None = None,
 ) -> dict[str, Any]:
     """What a call no hub answered gets, by the state of the session's lease.
 
@@ -84,16 +85,17 @@ def unavailable_result(
     recorded no socket yet: it is still opening the session. Otherwise the holder is alive but its
     socket cannot be reached: restart it or stop it; when a socket directory is
     the reason (the recorded one's, or this serve's own ``dir_rule`` when the
-    holder published nowhere), the rule it breaks and the fix are added.
+    holder published nowhere), the rule it breaks and the fix are added. ``host`` is
+    this serve's (default ``this_host()``).
     """
     if (
         lease is None
         or lease_free(lease, now)
         or lease.holder == own_holder
-        or holder_dead_here(lease)
+        or holder_dead_here(lease, host=host)
     ):
         return hub_gone_result()
-    if held_on_another_host(lease, now):
+    if held_on_another_host(lease, now, host=host):
         return tool_error(other_host_refusal(session, lease, now).render())
     if lease.socket is None:
         return tool_error(HOLDER_STARTING_TEXT.format(pid=lease.pid))

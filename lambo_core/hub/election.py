@@ -287,6 +287,7 @@ class SessionHub:
             now=self.keeper.clock.now(),
             dir_rule=self._dir_rule,
             warn=self._warn,
+            host=self.keeper.host,
         )
 
     def request_lease(self) -> None:
@@ -321,7 +322,9 @@ class SessionHub:
         lease = await self._current_lease()
         if lease is None:
             return []
-        return hub_candidates(self.session, self.store_path, self._env, lease, self._warn)
+        return hub_candidates(
+            self.session, self.store_path, self._env, lease, self._warn, host=self.keeper.host
+        )
 
     async def _elect(self) -> bool:
         """One attempt: True when this serve is now the hub or a connected forwarder."""

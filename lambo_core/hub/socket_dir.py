@@ -223,6 +223,8 @@ def hub_candidates(
     env: Mapping[str, str] | None = None,
     lease: Lease | None = None,
     warn: WarnOnce | None = None,
+    *,
+    host: str | None = None,
 ) -> list[Path]:
     """Sockets where the holder of (session, store) may answer, in the order to try them.
 
@@ -230,10 +232,11 @@ def hub_candidates(
     lease records none yet, also this environment's own directory's socket of
     that name, if one exists there (a holder that published but has not
     recorded it yet). A socket in an unsafe directory is never a candidate, and
-    neither is any of a holder on another host: its socket is that machine's.
+    neither is any of a holder on another host than ``host`` (default: this one's,
+    ``this_host``): its socket is that machine's.
     """
     found: list[Path] = []
-    if on_another_host(lease):
+    if on_another_host(lease, host=host):
         return found
     recorded, _ = recorded_socket(lease, session, store, warn)
     if recorded is not None:
