@@ -97,13 +97,20 @@ class SessionHub:
     closes at once instead of opening the session and waiting out a model
     load. ``close`` never abandons a takeover in progress: it lets it finish
     and then stops the hub, so no half-opened service is left running.
+
+    A holder on another host (its ``LAMBO_HOST``) is never forwarded to, its
+    socket being that machine's: calls are refused naming it and when its lease
+    expires (``other_host_refusal``), and the election keeps taking the lease
+    until it has. ``location`` names the store in socket names (a SQLite path,
+    a database server's ``store_location``); None publishes nothing (a memory
+    store no other process reaches).
     """
 
     def __init__(
         self,
         store: Store,
         session: str,
-        store_path: str | os.PathLike[str] | None,
+        location: str | os.PathLike[str] | None,
         agent: str,
         on_become_hub: Callable[[LeaseKeeper], Awaitable[Handler]],
         *,
@@ -120,7 +127,7 @@ class SessionHub:
     ) -> None:
         self.session = session
         self.forward_timeout_s = forward_timeout_s
-        self.store_path = store_path
+        self.location = location
         self.keeper = keeper or LeaseKeeper(store, session, agent, clock, ttl, heartbeat)
         self._on_become_hub = on_become_hub
         self._on_stop_hub = on_stop_hub
@@ -165,10 +172,10 @@ class SessionHub:
 
     async def start(self) -> Role:
         """Elect: hub if the lease is ours, forwarder if a holder answers, else keep trying."""
-        if self.store_path is not None:
+        if self.location is not None:
             try:
                 own_dir = prepare_socket_dir(socket_dir(self._env))
-                self._own_path = socket_path(own_dir, self.session, self.store_path)
+                self._own_path = socket_path(own_dir, self.session, self.location)
             except (SocketDirRefused, SocketPathTooLong) as exc:
                 if isinstance(exc, SocketDirRefused):
                     self._dir_rule = exc.rule
@@ -183,7 +190,7 @@ class SessionHub:
         no other account can have made first, and which forwarders find through the lease
         record. Only if even that fails does the serve publish nothing (and still serves its
         own client)."""
-        assert self.store_path is not None
+        assert self.location is not None
         try:
             private = Path(tempfile.mkdtemp(prefix=f"{APP}-{current_uid()}-", dir="/tmp"))
         except OSError as exc:
@@ -198,7 +205,7 @@ class SessionHub:
             return
         self._private_dir = private
         try:
-            self._own_path = socket_path(private, self.session, self.store_path)
+            self._own_path = socket_path(private, self.session, self.location)
         except SocketPathTooLong as exc:
             self.publish_problem = f"{why}; {exc.message}"
             log.warning("hub: %s; this serve publishes nothing", self.publish_problem)
@@ -282,7 +289,7 @@ class SessionHub:
         return unavailable_result(
             lease,
             self.session,
-            self.store_path,
+            self.location,
             own_holder=self.keeper.holder,
             now=self.keeper.clock.now(),
             dir_rule=self._dir_rule,
@@ -317,13 +324,13 @@ class SessionHub:
             return None
 
     async def _candidates(self) -> list[Path]:
-        if self.store_path is None:
+        if self.location is None:
             return []
         lease = await self._current_lease()
         if lease is None:
             return []
         return hub_candidates(
-            self.session, self.store_path, self._env, lease, self._warn, host=self.keeper.host
+            self.session, self.location, self._env, lease, self._warn, host=self.keeper.host
         )
 
     async def _elect(self) -> bool:
