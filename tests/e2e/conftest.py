@@ -40,6 +40,28 @@ def served_home(lambo_home: Path, tmp_path: Path) -> Path:
     return lambo_home
 
 
+#: the stores the e2e tool tests run on, each through a real `lambo serve`
+STORE_KINDS = ("sqlite", "memory")
+
+
+def store_table(kind: str, request: pytest.FixtureRequest) -> str:
+    """The [store] table of a config on ``kind`` (sqlite: the default store file)."""
+    if kind == "sqlite":
+        return ""
+    if kind == "memory":
+        return '[store]\nkind = "memory"\n'
+    raise AssertionError(f"no e2e store {kind!r}")
+
+
+@pytest.fixture(params=STORE_KINDS)
+def served_store(request: pytest.FixtureRequest, served_home: Path) -> str:
+    """``served_home`` on each of the e2e stores in turn; the store's kind."""
+    kind = str(request.param)
+    config = served_home / "config" / "lambo.toml"
+    config.write_text(config.read_text() + store_table(kind, request))
+    return kind
+
+
 def serve_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBO_")}
     env["LAMBO_HOME"] = str(home)
