@@ -157,6 +157,8 @@ class SessionHub:
         self._waiting_logged = False
         #: the token of the lease on another host this serve last said it waits out
         self._elsewhere_logged: int | None = None
+        #: seconds until the lease on another host expires, as the last election saw it
+        self._expires_in: float | None = None
         self._background: set[asyncio.Task[None]] = set()
         #: whether the election may take the lease (see the class docstring)
         self._want_lease = True
@@ -358,6 +360,7 @@ class SessionHub:
             if current is not None and held_on_another_host(current, now, host=self.keeper.host):
                 # no socket reaches that hub: take the session over once its lease expires
                 self._want_lease = True
+                self._expires_in = max(0.0, current.expires_at - now)
                 if self._elsewhere_logged != current.token:
                     self._elsewhere_logged = current.token
                     log.warning("hub: %s", other_host_refusal(self.session, current, now).message)
@@ -402,6 +405,7 @@ class SessionHub:
         backoff = self.poll
         while self.role == "electing":
             self._wake.clear()
+            self._expires_in = None
             try:
                 if await self._elect():
                     return
@@ -412,9 +416,11 @@ class SessionHub:
             except Exception:
                 log.exception("hub: electing a holder for session %r failed", self.session)
                 backoff = min(backoff * 2, 5.0)
+            # a lease on another host is looked at again the moment it would expire
+            wait = backoff if self._expires_in is None else min(backoff, self._expires_in)
             # a call asking for the session cuts the wait short
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(backoff):
+                async with asyncio.timeout(wait):
                     await self._wake.wait()
 
     def _hub_gone(self, forwarder: Forwarder) -> None:

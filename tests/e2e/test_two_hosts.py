@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from lambo_core.hub import LEASE_LOST_CALL_TEXT
-from lambo_core.model import IntentState
+from lambo_core.model import IntentState, Lease
 from lambo_core.store import SqliteStore
 from lambo_core.store.base import Store
 from tests.e2e.conftest import lambo_argv, serve_env, sitecustomize
@@ -235,17 +235,37 @@ def assert_refused_naming(result: dict[str, Any], holder: Machine) -> None:
     assert "this serve takes the session over once that lease expires, at " in said
 
 
-def until_served(machine: Machine, gone: Machine) -> tuple[dict[str, Any], float]:
+def until_served(machine: Machine, gone: Machine) -> dict[str, Any]:
     """lambo_stats through ``machine`` until it serves the session itself, every refusal on
-    the way naming ``gone`` as the holder; (its stats, seconds it took)."""
-    started = time.monotonic()
-    while time.monotonic() - started < DEADLINE_S:
+    the way naming ``gone`` as the holder; its stats."""
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
         result = machine.stats()
         if not result["isError"]:
-            return dict(result["structuredContent"]), time.monotonic() - started
+            return dict(result["structuredContent"])
         assert_refused_naming(result, gone)
         time.sleep(0.1)
     raise AssertionError(f"{machine.host} never took the session over")
+
+
+def lease_of(backing: Backing) -> Lease:
+    store = backing.open()
+    try:
+        lease = store.get_lease(SESSION)
+    finally:
+        store.close()
+    assert lease is not None
+    return lease
+
+
+def report_takeover(what: str, old: Lease, new: Lease, stopped_at: float) -> None:
+    """The measured takeover (not asserted): the lease passes once it expired, how soon."""
+    assert new.token == old.token + 1 and new.acquired_at >= old.expires_at
+    print(
+        f"\ntakeover after {what}: lease acquired {new.acquired_at - stopped_at:.2f} s after "
+        f"the {what}, {new.acquired_at - old.expires_at:.3f} s after the old lease expired "
+        f"(lease_ttl_s = {LEASE_TTL_S:g})"
+    )
 
 
 def audited(audit: Path, pid: int) -> list[str]:
@@ -310,17 +330,17 @@ def test_the_second_machine_refuses_naming_the_holder_then_takes_over_after_sigk
         queued = [f"queued on machine-a number {n}" for n in range(4)]
         queued_receipts = [acked(a.derive(c)) for c in queued]
         a.proc.send_signal(signal.SIGKILL)
-        killed_at = time.monotonic()
+        killed_at = time.time()
         a.proc.wait(30)
+        old = lease_of(backing)  # a's last renewal
 
         # (b) b takes the session over once a's lease has expired, and replays a's intents
-        took_over, _ = until_served(b, a)
-        took_s = time.monotonic() - killed_at
+        took_over = until_served(b, a)
         assert took_over["holder_pid"] == b.pid
+        report_takeover("SIGKILL", old, lease_of(backing), killed_at)
         for receipt in queued_receipts:
             done = b.stats(receipt=receipt, wait_ms=20_000)["structuredContent"]
             assert done["receipt"]["state"] == "applied_after_restart", done
-        print(f"\ntakeover after SIGKILL: {took_s:.2f} s (lease_ttl_s = {LEASE_TTL_S:g})")
     finally:
         for machine in machines:
             machine.stop()
@@ -350,13 +370,14 @@ def test_a_hub_paused_past_its_lease_writes_nothing_once_the_other_machine_took_
         queued = [f"queued in the paused hub number {n}" for n in range(4)]
         receipts = [acked(a.derive(c)) for c in queued]
         os.kill(a.pid, signal.SIGSTOP)
-        paused_at = time.monotonic()
+        paused_at = time.time()
         commits_at_pause = len(audited(audit, a.pid))
+        old = lease_of(backing)  # a's last renewal before the pause
         assert commits_at_pause > 0  # the hook sees its writes (the intents it acked)
 
-        took_over, _ = until_served(b, a)
-        took_s = time.monotonic() - paused_at
+        took_over = until_served(b, a)
         assert took_over["holder_pid"] == b.pid
+        report_takeover("SIGSTOP", old, lease_of(backing), paused_at)
         for receipt in receipts:
             done = b.stats(receipt=receipt, wait_ms=20_000)["structuredContent"]
             assert done["receipt"]["state"] == "applied_after_restart", done
@@ -383,7 +404,6 @@ def test_a_hub_paused_past_its_lease_writes_nothing_once_the_other_machine_took_
             assert time.monotonic() < deadline, "machine-a never named the new holder"
             time.sleep(0.1)
         assert_refused_naming(a.stats(), b)
-        print(f"\ntakeover after SIGSTOP: {took_s:.2f} s (lease_ttl_s = {LEASE_TTL_S:g})")
 
         # zero writes of machine-a since its pause, and every acked write there once
         assert len(audited(audit, a.pid)) == commits_at_pause
