@@ -31,9 +31,15 @@ import pytest
 
 from lambo_core.hub import LEASE_LOST_CALL_TEXT
 from lambo_core.model import IntentState, Lease
-from lambo_core.store import SqliteStore
 from lambo_core.store.base import Store
-from tests.e2e.conftest import lambo_argv, serve_env, sitecustomize
+from tests.e2e.conftest import (
+    SHARED_KINDS,
+    lambo_argv,
+    open_served_store,
+    serve_env,
+    sitecustomize,
+    store_table,
+)
 
 SESSION = "two"
 LEASE_TTL_S = 3.0
@@ -82,20 +88,21 @@ else:
 
 @dataclass(frozen=True)
 class Backing:
-    """The store both machines share: its [store] table, and how the test reads it."""
+    """The store both machines share: its kind and [store] table, and how the test reads it."""
 
+    kind: str
     table: str
-    path: Path | None = None
+    home: Path
+    request: pytest.FixtureRequest
 
     def open(self) -> Store:
-        assert self.path is not None
-        return SqliteStore(self.path)
+        return open_served_store(self.kind, self.home, self.request)
 
 
-@pytest.fixture
-def backing(tmp_path: Path) -> Backing:
-    db = tmp_path / "shared.db"
-    return Backing(f'[store]\nkind = "sqlite"\npath = "{db}"\n', path=db)
+@pytest.fixture(params=SHARED_KINDS)
+def backing(request: pytest.FixtureRequest, lambo_home: Path) -> Backing:
+    kind = str(request.param)
+    return Backing(kind, store_table(kind, request), lambo_home, request)
 
 
 @pytest.fixture
