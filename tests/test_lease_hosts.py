@@ -28,7 +28,7 @@ from lambo_core.errors import ConfigError, ConflictError
 from lambo_core.hub import LeaseKeeper, SessionHub, this_host
 from lambo_core.hub.answers import answered_by_hub
 from lambo_core.hub.lease import LEASE_TTL, held_on_another_host, on_another_host
-from lambo_core.hub.socket_dir import hub_candidates
+from lambo_core.hub.socket_dir import hub_candidates, socket_name, store_identity
 from lambo_core.hub.wire import Handler
 from lambo_core.model import Lease
 from lambo_core.serve import Serve, ServeOptions
@@ -304,3 +304,15 @@ def store_lease(store: SqliteStore) -> Lease:
     got = store.get_lease(S)
     assert got is not None
     return got
+
+
+def test_a_database_servers_location_names_its_socket_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    location = "postgresql://lambo@db.example:5432/memory"
+    assert store_identity(location) == location  # no file: never resolved against the cwd
+    name = socket_name(S, location)
+    monkeypatch.chdir("/")
+    assert socket_name(S, location) == name
+    assert socket_name(S, "postgresql://lambo@db.example:5432/other") != name
+    assert store_identity("x.db") == "/x.db"  # a relative SQLite path still resolves

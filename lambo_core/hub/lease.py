@@ -114,7 +114,8 @@ def on_another_host(lease: Lease | None, *, host: str | None = None) -> bool:
 
 
 def held_on_another_host(lease: Lease | None, now: float, *, host: str | None = None) -> bool:
-    """A live lease of a holder on another host: this serve can neither forward nor take over."""
+    """A live lease of a holder on another host: this serve can neither forward to it nor
+    take it over until it expires."""
     return not lease_free(lease, now) and on_another_host(lease, host=host)
 
 

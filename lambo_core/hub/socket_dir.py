@@ -138,9 +138,9 @@ def prepare_socket_dir(path: str | os.PathLike[str]) -> Path:
 # --------------------------------------------------------------------------- the socket name
 
 
-#: a location naming a database server, not a file: a URI (``postgresql://...``) or
-#: libpq ``key=value`` text, as ``store_location`` gives for a postgres store
-_SERVER_LOCATION = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://|[A-Za-z_]+\s*=")
+#: a location naming a database server, not a file: a URI, as ``store_location`` gives a
+#: postgres store (``postgresql://user@host:port/dbname``, no password)
+_SERVER_LOCATION = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def store_identity(store: str | os.PathLike[str]) -> str:
