@@ -13,7 +13,7 @@ from mcp import Client
 
 from lambo_core.embed.importer import import_model
 from lambo_core.paths import resolve_paths
-from lambo_core.store import SqliteStore
+from lambo_core.store import SqliteStore, open_store
 from lambo_core.store.base import Store
 from tests.embed_fixtures import minilm_source_dir
 
@@ -44,7 +44,7 @@ def served_home(lambo_home: Path, tmp_path: Path) -> Path:
 
 
 #: the stores the e2e tool tests run on, each through a real `lambo serve`
-STORE_KINDS = ("sqlite", "memory")
+STORE_KINDS = ("sqlite", "memory", "postgres")
 
 
 #: the stores that outlive a serve (a crash, a takeover): every kind but memory
@@ -57,6 +57,9 @@ def store_table(kind: str, request: pytest.FixtureRequest) -> str:
         return ""
     if kind == "memory":
         return '[store]\nkind = "memory"\n'
+    if kind == "postgres":
+        # the test's own database on the tests' server, reached by child processes alike
+        return f'[store]\nkind = "postgres"\ndsn = "{request.getfixturevalue("pg_dsn")}"\n'
     raise AssertionError(f"no e2e store {kind!r}")
 
 
@@ -64,6 +67,8 @@ def open_served_store(kind: str, home: Path, request: pytest.FixtureRequest) -> 
     """The store the serves of ``home`` used (``store_table``), opened for a test's checks."""
     if kind == "sqlite":
         return SqliteStore(resolve_paths(serve_env(home)).default_store)
+    if kind == "postgres":
+        return open_store("postgres", None, request.getfixturevalue("pg_dsn"))
     raise AssertionError(f"no shared e2e store {kind!r}")
 
 

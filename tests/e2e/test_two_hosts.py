@@ -1,5 +1,6 @@
-"""Two "machines" on one store (issue #18, item 3): real `lambo serve` processes with their
-own XDG_RUNTIME_DIR and LAMBO_HOST, so neither may forward to the other's Unix socket.
+"""Two "machines" on one store, SQLite and PostgreSQL (issue #18, item 3): real `lambo serve`
+processes with their own XDG_RUNTIME_DIR and LAMBO_HOST, so neither may forward to the
+other's Unix socket.
 
 The second refuses while the first holds the session, naming it; SIGKILL the first and the
 second takes over once the lease expires, replaying what the first had acked; SIGSTOP a hub
