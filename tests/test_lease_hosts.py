@@ -32,7 +32,7 @@ from lambo_core.hub.socket_dir import hub_candidates, socket_name, store_identit
 from lambo_core.hub.wire import Handler
 from lambo_core.model import Lease
 from lambo_core.serve import Serve, ServeOptions
-from lambo_core.store import SqliteStore
+from lambo_core.store import SqliteStore, store_location
 from lambo_core.text import format_rfc3339
 
 S = "s"
@@ -316,3 +316,27 @@ def test_a_database_servers_location_names_its_socket_from_any_directory(
     assert socket_name(S, location) == name
     assert socket_name(S, "postgresql://lambo@db.example:5432/other") != name
     assert store_identity("x.db") == "/x.db"  # a relative SQLite path still resolves
+
+
+def test_a_command_on_a_postgres_store_names_it_without_its_password(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """The wiring: a one-shot read on a database server's store refuses a session it does
+    not have, naming the store by its location; the DSN's password appears nowhere."""
+    secret = "s3cret-pw"
+    with_password = pg_dsn.replace("postgres:@", f"postgres:{secret}@", 1)
+    assert secret in with_password
+    (tmp_path / "lambo.toml").write_text(
+        f'[store]\nkind = "postgres"\ndsn = "{with_password}"\n[embedder]\nkind = "none"\n'
+    )
+    config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+
+    async def read() -> None:
+        async with client.open_client(config, "absent", "shell", creates=False) as call:
+            await call("lambo_stats", {"agent_id": "shell"})
+
+    with pytest.raises(client.NotRun) as refused:
+        run(read)
+    said = refused.value.render()
+    assert said.startswith(f"no session named 'absent' in the store {store_location(config)};")
+    assert secret not in said and secret not in store_location(config)
