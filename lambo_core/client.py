@@ -30,9 +30,11 @@ from .hub import (
     LeaseKeeper,
     WarnOnce,
     connect_to_hub,
+    held_on_another_host,
     holder_dead_here,
     holder_description,
     lease_free,
+    other_host_refusal,
 )
 from .layers.handle import LayerHandle
 from .limits import WAIT_MS_MAX
@@ -46,7 +48,7 @@ from .serve import (
     stop_service,
 )
 from .service import MemoryService
-from .store import open_store
+from .store import open_config_store, open_store, store_location
 from .store.base import Store
 from .store.sqlite import read_lease
 from .text import show_safely
@@ -82,10 +84,10 @@ def _shown(session: str) -> str:
 
 
 def _missing(config: Config, session: str, session_list: str) -> NotRun:
-    if config.store_kind != "sqlite":
+    if config.store_kind == "memory":
         where = "a memory store, which starts empty for every command"
-    elif config.store_path.is_file():
-        where = f"the store {config.store_path}"
+    elif config.store_kind != "sqlite" or config.store_path.is_file():
+        where = f"the store {store_location(config)}"
     else:
         where = f"the store {config.store_path}, which does not exist yet"
     return NotRun(
@@ -118,19 +120,21 @@ async def open_client(
     sqlite = config.store_kind == "sqlite"
     if not creates and not needs_serve and sqlite and not config.store_path.is_file():
         raise _missing(config, session, session_list)  # before anything could create the file
+    # a store other processes share (a file, a database server): its hub may hold it
+    shared = _SharedStore(config, session) if config.store_kind != "memory" else None
     deadline = time.monotonic() + HUB_START_WAIT_S
-    while sqlite:
-        forwarder = await _hub_or_free_lease(config, session, deadline)
-        if forwarder is not None:
-            try:
-                yield forwarder.call
-            finally:
-                await forwarder.close()
-            return
-        if needs_serve:
-            break
-        store = open_store(config.store_kind, config.store_path)
-        try:
+    try:
+        while shared is not None:
+            forwarder = await _hub_or_free_lease(config, shared, deadline)
+            if forwarder is not None:
+                try:
+                    yield forwarder.call
+                finally:
+                    await forwarder.close()
+                return
+            if needs_serve:
+                break
+            store = shared.open()
             if not creates and store.get_session(session) is None:
                 raise _missing(config, session, session_list)
             keeper = _keeper(store, config, session, agent)
@@ -138,12 +142,12 @@ async def open_client(
                 async with _served_locally(store, config, keeper, layers) as call:
                     yield call
                 return
-        finally:
-            if not _UNFINISHED.is_set():  # a thread may still be writing through it
-                store.close()
-        # another command took the lease between the look and the take: wait for it too
-        if time.monotonic() >= deadline:
-            raise _not_answering(session, read_lease(config.store_path, session))
+            # another command took the lease between the look and the take: wait for it too
+            if time.monotonic() >= deadline:
+                raise _not_answering(session, shared.lease())
+    finally:
+        if shared is not None:
+            shared.close()
     if needs_serve:
         serve = serve_command or shlex.join(["lambo", "serve", "--session", session])
         raise NotRun(
@@ -165,26 +169,61 @@ async def open_client(
         store.close()
 
 
+class _SharedStore:
+    """A store other processes share, as a one-shot command reaches it: the lease read
+    without creating anything (a SQLite file that is not there yet is read as no lease), and
+    the store opened once, when the command serves the session itself."""
+
+    def __init__(self, config: Config, session: str) -> None:
+        self.config = config
+        self.session = session
+        self.location = store_location(config)
+        self._store: Store | None = None
+
+    def open(self) -> Store:
+        if self._store is None:
+            self._store = open_config_store(self.config)
+        return self._store
+
+    def lease(self) -> Lease | None:
+        if self._store is None and self.config.store_kind == "sqlite":
+            return read_lease(self.config.store_path, self.session)
+        return self.open().get_lease(self.session)
+
+    def close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None and not _UNFINISHED.is_set():  # a thread may still write through it
+            store.close()
+
+
 def _keeper(store: Store, config: Config, session: str, agent: str) -> LeaseKeeper:
     ttl = lease_ttl(config)
     return LeaseKeeper(store, session, agent, ttl=ttl, heartbeat=ttl / 3)
 
 
-async def _hub_or_free_lease(config: Config, session: str, deadline: float) -> Forwarder | None:
-    """A forwarder to the hub of ``session`` once one answers, or None once the lease is
+async def _hub_or_free_lease(
+    config: Config, shared: _SharedStore, deadline: float
+) -> Forwarder | None:
+    """A forwarder to the hub of the session once one answers, or None once the lease is
     free (or held by a dead process) so this command may take it; a live holder that does
-    not answer is polled until ``deadline``, then refused (``_not_answering``)."""
-    path = config.store_path
+    not answer is polled until ``deadline``, then refused (``_not_answering``), and one on
+    another host is refused at once (no Unix socket reaches it)."""
+    session = shared.session
     timeout_s = float(config.get("serve.forward_timeout_s"))
     waiting = False
     warn = WarnOnce()  # polled every HUB_POLL_S: a warning about the holder's socket once
     while True:
-        forwarder = await connect_to_hub(session, path, timeout_s=timeout_s, warn=warn)
+        forwarder = await connect_to_hub(
+            session, shared.location, timeout_s=timeout_s, warn=warn, lease_of=shared.lease
+        )
         if forwarder is not None:
             return forwarder
-        lease = await anyio.to_thread.run_sync(read_lease, path, session)
-        if lease is None or lease_free(lease, time.time()) or holder_dead_here(lease):
+        lease = await anyio.to_thread.run_sync(shared.lease)
+        now = time.time()
+        if lease is None or lease_free(lease, now) or holder_dead_here(lease):
             return None
+        if held_on_another_host(lease, now):
+            raise other_host_refusal(session, lease, now, command=True)
         if time.monotonic() >= deadline:
             raise _not_answering(session, lease)
         if not waiting:

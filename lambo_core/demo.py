@@ -26,7 +26,7 @@ from .hub import LeaseKeeper
 from .model import Status
 from .serve import ServeOptions, open_service, stop_service
 from .service import MemoryService, ToolResult
-from .store import open_store
+from .store import open_config_store, store_location
 
 Echo = Callable[[str], None]
 LoadConfig = Callable[[dict[str, object]], Config]
@@ -112,7 +112,7 @@ def plan_demo(load: LoadConfig, store: str) -> DemoPlan:
             f"  For semantic matching get a model: {pull} (or offline: "
             "`lambo model import DIR --name NAME`)",
         )
-    if config.store_kind != "sqlite":
+    if config.store_kind == "memory":
         return DemoPlan(
             load(keyword_only),
             True,
@@ -138,17 +138,18 @@ def settings_line() -> str:
 
 
 def check_fresh(config: Config, session: str) -> None:
-    """A SQLite store must not hold the session yet: the demo writes only into a fresh one."""
-    if config.store_kind != "sqlite":
+    """A store that outlives the demo must not hold the session yet: the demo writes only
+    into a fresh one."""
+    if config.store_kind == "memory":
         return
-    store = open_store("sqlite", config.store_path)
+    store = open_config_store(config)
     try:
         found = store.get_session(session)
     finally:
         store.close()
     if found is not None:
         raise ConfigError(
-            f"session {session!r} already exists in {config.store_path}; the demo writes only "
+            f"session {session!r} already exists in {store_location(config)}; the demo writes only "
             "into a fresh session: leave --session out, or name one that does not exist"
         )
 
@@ -179,7 +180,7 @@ def _run(plan: DemoPlan, name: str, throwaway: bool, echo: Echo) -> int:
     elif throwaway:
         where = "a throwaway SQLite store (deleted when the demo ends)"
     else:
-        where = str(config.store_path)
+        where = store_location(config)
     echo(f"lambo demo: two agents build one REST API in session {name!r}, in {where}")
     echo(plan.embedder_line)
     echo(settings_line())
@@ -199,6 +200,11 @@ def _run(plan: DemoPlan, name: str, throwaway: bool, echo: Echo) -> int:
             f"The session stays in {config.store_path}: try `lambo recall --store "
             f"{config.store_path} --session {name} --query 'user schema'`."
         )
+    elif config.store_kind != "memory":
+        echo(
+            f"The session stays in {store_location(config)}: try `lambo recall --session "
+            f"{name} --query 'user schema'` with this configuration."
+        )
     echo(
         "Next: `lambo setup claude` (or cursor, codex, generic) prints the config that adds "
         "lambo to your MCP client."
@@ -208,8 +214,7 @@ def _run(plan: DemoPlan, name: str, throwaway: bool, echo: Echo) -> int:
 
 async def _hold_and_run(config: Config, name: str, demo: Demo) -> None:
     """Take the session's lease, open it with its daemon, run the scenario, close it."""
-    sqlite = config.store_kind == "sqlite"
-    store = open_store(config.store_kind, config.store_path if sqlite else None)
+    store = open_config_store(config)
     keeper = LeaseKeeper(store, name, "lambo-demo")
     try:
         if keeper.try_acquire() is None:

@@ -29,7 +29,14 @@ from .config import Config
 from .daemon import Daemon
 from .embed.loader import LoadedModels
 from .errors import ConfigError, ConflictError, LamboError, internal_fault
-from .hub import LeaseKeeper, SessionHub, holder_dead_here, http_refusal, lease_free
+from .hub import (
+    LeaseKeeper,
+    SessionHub,
+    held_on_another_host,
+    holder_dead_here,
+    http_refusal,
+    lease_free,
+)
 from .layers.handle import LayerHandle, LayerServe
 from .layers.internal import INTERNAL_TOOLS, answer_internal, socket_tool_names
 from .layers.service import LayeredService
@@ -41,7 +48,7 @@ from .reach import reach_meta
 from .scoring import start_summary_warm
 from .service import SERVED_TOOLS, MemoryService, ToolResult
 from .session import EmbedderPlan, Session
-from .store import open_store
+from .store import open_config_store, store_location
 from .store.base import Store
 from .store.files import readable_by_others
 from .writes import StopReport, WritePipeline
@@ -212,12 +219,11 @@ class Serve:
         #: serves of this serve's layers that run in this process already (an HTTP serve
         #: holds each layer once for all its sessions); the others it attaches itself
         self.layer_serves = dict(layer_serves or {})
-        sqlite = config.store_kind == "sqlite"
         #: a layer's serve shares its session's store (one connection, one RAM store)
         self._owns_store = store is None
         if store is None:
-            store = open_store(config.store_kind, config.store_path if sqlite else None)
-            if sqlite:
+            store = open_config_store(config)
+            if config.store_kind == "sqlite":
                 warn_if_readable_by_others(config.store_path)
         self.store = store
         self.service: MemoryService | None = None
@@ -229,7 +235,8 @@ class Serve:
         self.hub = SessionHub(
             self.store,
             options.session,
-            config.store_path if sqlite else None,
+            # where other serves of a shared store find this one (a memory store is ours alone)
+            None if config.store_kind == "memory" else store_location(config),
             options.agent,
             self._become_hub,
             on_stop_hub=self._stop_hub,
@@ -347,18 +354,30 @@ class Serve:
         """Take the session as its only writer, or refuse naming its holder (an HTTP serve
         does not start as a forwarder: ``http_refusal``). Opening the service happens here,
         so a session that cannot be served refuses the start rather than every call. (A
-        lease lost later is handled as in any hub: the election follows.)"""
+        lease lost later is handled as in any hub: the election follows.) A session held
+        on another host is not refused: no serve of this host writes it, so this one
+        starts, refuses its calls naming the holder, and takes it over once that lease
+        expires, as a stdio serve does."""
         session = self.options.session
         try:
             lease = await anyio.to_thread.run_sync(self.store.get_lease, session)
-            free = lease_free(lease, SystemClock().now())
-            if lease is not None and not free and not holder_dead_here(lease):
+            now = SystemClock().now()
+            if (
+                lease is not None
+                and not lease_free(lease, now)
+                and not holder_dead_here(lease)
+                and not held_on_another_host(lease, now)
+            ):
                 raise http_refusal(session, lease)
             role = await self.hub.start()
         finally:
             self._elected.set()
-        if role != "hub":  # another serve took it meanwhile
+        if role != "hub":  # held on another host, or another serve took it meanwhile
             lease = await anyio.to_thread.run_sync(self.store.get_lease, session)
+            if role == "electing" and held_on_another_host(lease, SystemClock().now()):
+                # no other serve of this host writes it: this one refuses its calls naming
+                # the holder, and takes the session over once that lease expires
+                return
             await self.hub.close()
             if lease is None:
                 raise ConflictError(f"session {session!r} could not be taken; try again")

@@ -14,7 +14,7 @@ from typing import Any
 from .config import Config
 from .errors import ConfigError, ParameterError
 from .matching import resolve_merge_threshold
-from .store import open_store
+from .store import open_config_store
 from .store.base import Store
 from .text import format_rfc3339
 
@@ -22,11 +22,9 @@ from .text import format_rfc3339
 def open_existing_store(config: Config) -> Store:
     """The configured store, for reading: a SQLite file that does not exist is refused, not
     created."""
-    if config.store_kind == "sqlite":
-        if not config.store_path.is_file():
-            raise ConfigError(f"no store at {config.store_path}; nothing was read")
-        return open_store("sqlite", config.store_path)
-    return open_store(config.store_kind, None)
+    if config.store_kind == "sqlite" and not config.store_path.is_file():
+        raise ConfigError(f"no store at {config.store_path}; nothing was read")
+    return open_config_store(config)
 
 
 def require_session(store: Store, name: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from lambo_core import client
 from lambo_core.config import load_config
 from lambo_core.errors import ConflictError
+from lambo_core.hub import this_host
 from lambo_core.model import Lease
 from lambo_core.store import SqliteStore
 
@@ -33,7 +34,8 @@ def _hold(path: Path, socket: str | None) -> SqliteStore:
     store = SqliteStore(path)
     now = 2e9  # far ahead of the clock: live for the whole test
     held = store.acquire_lease(
-        Lease(S, f"other@host#{os.getpid()}", os.getpid(), "other", now, now, now + 45, 0), 0.0
+        Lease(S, f"other@{this_host()}#{os.getpid()}", os.getpid(), "other", now, now, now + 45, 0),
+        0.0,
     )
     assert held is not None
     if socket is not None:
@@ -68,7 +70,7 @@ def test_a_holder_that_never_answers_is_refused_after_the_wait(
     finally:
         holder.close()
     text = refused.value.render()
-    assert text.startswith(f"conflict: session '{S}' is held by other@host#{os.getpid()} ")
+    assert text.startswith(f"conflict: session '{S}' is held by other@{this_host()}#{os.getpid()} ")
     assert text.endswith(f", {says}; nothing was read or written"), text
 
 

@@ -10,7 +10,16 @@ one client on one machine".
 from .answers import HUB_GONE_TEXT, HUB_SILENT_TEXT, LEASE_LOST_CALL_TEXT, hub_gone_result
 from .election import SessionHub, fenced_handler
 from .forwarder import Forwarder, HubGone, HubSilent, call_timeout, connect_to_hub
-from .lease import LeaseKeeper, holder_dead_here, holder_description, http_refusal, lease_free
+from .lease import (
+    LeaseKeeper,
+    held_on_another_host,
+    holder_dead_here,
+    holder_description,
+    http_refusal,
+    lease_free,
+    other_host_refusal,
+    this_host,
+)
 from .server import HubServer
 from .socket_dir import WarnOnce, socket_name
 from .wire import MAX_LINE
@@ -30,10 +39,13 @@ __all__ = [
     "call_timeout",
     "connect_to_hub",
     "fenced_handler",
+    "held_on_another_host",
     "holder_dead_here",
     "holder_description",
     "http_refusal",
     "hub_gone_result",
     "lease_free",
+    "other_host_refusal",
     "socket_name",
+    "this_host",
 ]

@@ -12,7 +12,13 @@ import os
 from typing import Any
 
 from ..model import Lease
-from .lease import holder_dead_here, lease_free
+from .lease import (
+    OTHER_HOST_OPENING,
+    held_on_another_host,
+    holder_dead_here,
+    lease_free,
+    other_host_refusal,
+)
 from .socket_dir import SOCKET_DIR_ADVICE, WarnOnce, recorded_socket
 
 HUB_GONE_TEXT = (
@@ -69,23 +75,28 @@ def unavailable_result(
     now: float,
     dir_rule: str | None = None,
     warn: WarnOnce | None = None,
+    host: str | None = None,
 ) -> dict[str, Any]:
     """What a call no hub answered gets, by the state of the session's lease.
 
     Free, ours (this serve is taking it over) or held by a dead local process:
-    ``hub_gone_result()``. Held by a live holder that recorded no socket yet:
-    it is still opening the session. Otherwise the holder is alive but its
+    ``hub_gone_result()``. Held by a live holder on another host: a conflict naming it
+    and when its lease expires (``other_host_refusal``). Held by a live holder that
+    recorded no socket yet: it is still opening the session. Otherwise the holder is alive but its
     socket cannot be reached: restart it or stop it; when a socket directory is
     the reason (the recorded one's, or this serve's own ``dir_rule`` when the
-    holder published nowhere), the rule it breaks and the fix are added.
+    holder published nowhere), the rule it breaks and the fix are added. ``host`` is
+    this serve's (default ``this_host()``).
     """
     if (
         lease is None
         or lease_free(lease, now)
         or lease.holder == own_holder
-        or holder_dead_here(lease)
+        or holder_dead_here(lease, host=host)
     ):
         return hub_gone_result()
+    if held_on_another_host(lease, now, host=host):
+        return tool_error(other_host_refusal(session, lease, now).render())
     if lease.socket is None:
         return tool_error(HOLDER_STARTING_TEXT.format(pid=lease.pid))
     text = HOLDER_UNREACHABLE_TEXT.format(pid=lease.pid)
@@ -105,6 +116,7 @@ _HUB_ANSWER_OPENINGS = (
     HUB_GONE_TEXT.split(":", 1)[0],  # "lambo memory is unavailable for this call" (all three)
     HUB_SILENT_TEXT.split(" within", 1)[0],
     LEASE_LOST_CALL_TEXT.split(" (", 1)[0],
+    f"conflict: {OTHER_HOST_OPENING}",
 )
 
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from ..clock import Clock
 from ..errors import LamboError
+from ..model import Lease
 from ..paths import APP, socket_dir
 from ..store.base import Store
 from .answers import (
@@ -30,7 +31,15 @@ from .answers import (
     unavailable_result,
 )
 from .forwarder import DEFAULT_FORWARD_TIMEOUT_S, Forwarder, HubGone, HubSilent
-from .lease import HEARTBEAT, LEASE_TTL, LeaseKeeper, holder_description, lease_free
+from .lease import (
+    HEARTBEAT,
+    LEASE_TTL,
+    LeaseKeeper,
+    held_on_another_host,
+    holder_description,
+    lease_free,
+    other_host_refusal,
+)
 from .server import HubServer
 from .socket_dir import (
     SocketDirRefused,
@@ -88,13 +97,20 @@ class SessionHub:
     closes at once instead of opening the session and waiting out a model
     load. ``close`` never abandons a takeover in progress: it lets it finish
     and then stops the hub, so no half-opened service is left running.
+
+    A holder on another host (its ``LAMBO_HOST``) is never forwarded to, its
+    socket being that machine's: calls are refused naming it and when its lease
+    expires (``other_host_refusal``), and the election keeps taking the lease
+    until it has. ``location`` names the store in socket names (a SQLite path,
+    a database server's ``store_location``); None publishes nothing (a memory
+    store no other process reaches).
     """
 
     def __init__(
         self,
         store: Store,
         session: str,
-        store_path: str | os.PathLike[str] | None,
+        location: str | os.PathLike[str] | None,
         agent: str,
         on_become_hub: Callable[[LeaseKeeper], Awaitable[Handler]],
         *,
@@ -111,7 +127,7 @@ class SessionHub:
     ) -> None:
         self.session = session
         self.forward_timeout_s = forward_timeout_s
-        self.store_path = store_path
+        self.location = location
         self.keeper = keeper or LeaseKeeper(store, session, agent, clock, ttl, heartbeat)
         self._on_become_hub = on_become_hub
         self._on_stop_hub = on_stop_hub
@@ -139,6 +155,10 @@ class SessionHub:
         self._election: asyncio.Task[None] | None = None
         self._settled = asyncio.Event()
         self._waiting_logged = False
+        #: the token of the lease on another host this serve last said it waits out
+        self._elsewhere_logged: int | None = None
+        #: seconds until the lease on another host expires, as the last election saw it
+        self._expires_in: float | None = None
         self._background: set[asyncio.Task[None]] = set()
         #: whether the election may take the lease (see the class docstring)
         self._want_lease = True
@@ -154,10 +174,10 @@ class SessionHub:
 
     async def start(self) -> Role:
         """Elect: hub if the lease is ours, forwarder if a holder answers, else keep trying."""
-        if self.store_path is not None:
+        if self.location is not None:
             try:
                 own_dir = prepare_socket_dir(socket_dir(self._env))
-                self._own_path = socket_path(own_dir, self.session, self.store_path)
+                self._own_path = socket_path(own_dir, self.session, self.location)
             except (SocketDirRefused, SocketPathTooLong) as exc:
                 if isinstance(exc, SocketDirRefused):
                     self._dir_rule = exc.rule
@@ -172,7 +192,7 @@ class SessionHub:
         no other account can have made first, and which forwarders find through the lease
         record. Only if even that fails does the serve publish nothing (and still serves its
         own client)."""
-        assert self.store_path is not None
+        assert self.location is not None
         try:
             private = Path(tempfile.mkdtemp(prefix=f"{APP}-{current_uid()}-", dir="/tmp"))
         except OSError as exc:
@@ -187,7 +207,7 @@ class SessionHub:
             return
         self._private_dir = private
         try:
-            self._own_path = socket_path(private, self.session, self.store_path)
+            self._own_path = socket_path(private, self.session, self.location)
         except SocketPathTooLong as exc:
             self.publish_problem = f"{why}; {exc.message}"
             log.warning("hub: %s; this serve publishes nothing", self.publish_problem)
@@ -271,11 +291,12 @@ class SessionHub:
         return unavailable_result(
             lease,
             self.session,
-            self.store_path,
+            self.location,
             own_holder=self.keeper.holder,
             now=self.keeper.clock.now(),
             dir_rule=self._dir_rule,
             warn=self._warn,
+            host=self.keeper.host,
         )
 
     def request_lease(self) -> None:
@@ -296,15 +317,23 @@ class SessionHub:
     def closed(self) -> bool:
         return self.role == "closed"
 
-    async def _candidates(self) -> list[Path]:
-        if self.store_path is None:
-            return []
+    async def _current_lease(self) -> Lease | None:
+        """The session's lease as the store has it now; None (logged) when it cannot be read."""
         try:
-            lease = await asyncio.to_thread(self.keeper.current)
+            return await asyncio.to_thread(self.keeper.current)
         except LamboError as exc:
             log.warning("hub: the lease could not be read: %s (%s)", exc.message, exc.detail)
+            return None
+
+    async def _candidates(self) -> list[Path]:
+        if self.location is None:
             return []
-        return hub_candidates(self.session, self.store_path, self._env, lease, self._warn)
+        lease = await self._current_lease()
+        if lease is None:
+            return []
+        return hub_candidates(
+            self.session, self.location, self._env, lease, self._warn, host=self.keeper.host
+        )
 
     async def _elect(self) -> bool:
         """One attempt: True when this serve is now the hub or a connected forwarder."""
@@ -326,10 +355,18 @@ class SessionHub:
         try:
             path = await forwarder.connect()
         except HubGone as exc:
+            current = await self._current_lease()
+            now = self.keeper.clock.now()
+            if current is not None and held_on_another_host(current, now, host=self.keeper.host):
+                # no socket reaches that hub: take the session over once its lease expires
+                self._want_lease = True
+                self._expires_in = max(0.0, current.expires_at - now)
+                if self._elsewhere_logged != current.token:
+                    self._elsewhere_logged = current.token
+                    log.warning("hub: %s", other_host_refusal(self.session, current, now).message)
+                return False
             if not self._waiting_logged:
                 self._waiting_logged = True
-                current = await asyncio.to_thread(self.keeper.current)
-                now = self.keeper.clock.now()
                 held = (
                     "nobody (the lease is free)"
                     if lease_free(current, now) or current is None
@@ -368,6 +405,7 @@ class SessionHub:
         backoff = self.poll
         while self.role == "electing":
             self._wake.clear()
+            self._expires_in = None
             try:
                 if await self._elect():
                     return
@@ -378,9 +416,11 @@ class SessionHub:
             except Exception:
                 log.exception("hub: electing a holder for session %r failed", self.session)
                 backoff = min(backoff * 2, 5.0)
+            # a lease on another host is looked at again the moment it would expire
+            wait = backoff if self._expires_in is None else min(backoff, self._expires_in)
             # a call asking for the session cuts the wait short
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(backoff):
+                async with asyncio.timeout(wait):
                     await self._wake.wait()
 
     def _hub_gone(self, forwarder: Forwarder) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from ..framing import OversizedLine, extract_request_id
 from ..limits import WAIT_MS_MAX
 from ..mcp.refusals import INVALID_REQUEST, ProtocolRefusal
+from ..model import Lease
 from ..store.sqlite import read_lease
 from .answers import tool_error
 from .socket_dir import WarnOnce, hub_candidates
@@ -244,16 +245,21 @@ async def connect_to_hub(
     *,
     timeout_s: float | None = DEFAULT_FORWARD_TIMEOUT_S,
     warn: WarnOnce | None = None,
+    lease_of: Callable[[], Lease | None] | None = None,
 ) -> Forwarder | None:
     """A connected ``Forwarder`` when a hub of (session, store) answers, else None.
 
     For one-shot callers (the CLI): forward when a hub holds the session,
     otherwise open the store and take the lease yourself. The holder's socket
-    is read from its lease in the store file (read-only: nothing is created).
+    is read from its lease: by ``lease_of`` (a database server's store), else
+    from the SQLite file ``store`` names (read-only: nothing is created).
     """
 
+    def read() -> Lease | None:
+        return lease_of() if lease_of is not None else read_lease(Path(store), session)
+
     async def candidates() -> list[Path]:
-        lease = await asyncio.to_thread(read_lease, Path(store), session)
+        lease = await asyncio.to_thread(read)
         return hub_candidates(session, store, env, lease, warn)
 
     forwarder = Forwarder(candidates, timeout_s=timeout_s)

@@ -13,12 +13,14 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import replace
 
 from ..clock import Clock, SystemClock
-from ..errors import ConflictError, LamboError
+from ..errors import ConfigError, ConflictError, LamboError
 from ..model import Lease
 from ..store.base import Fence, Store
+from ..text import format_rfc3339
 
 log = logging.getLogger("lambo.hub")
 
@@ -26,8 +28,29 @@ LEASE_TTL = 45.0
 HEARTBEAT = 15.0
 
 
-def this_host() -> str:
-    return socket.gethostname()
+#: the variable naming this machine in the lease's holder (two "machines" on one box, a
+#: container whose hostname is not stable); default: the system's host name
+HOST_ENV = "LAMBO_HOST"
+MAX_HOST = 253  # a DNS name's longest
+
+
+def this_host(env: Mapping[str, str] | None = None) -> str:
+    """The host written into this process's lease holder (``agent@host#pid``): ``LAMBO_HOST``
+    when set, else the system's host name. A value that would not parse back out of the
+    holder (an ``@`` or ``#``, a space or control character, over 253 characters) is
+    refused naming the variable and the rule."""
+    value = (os.environ if env is None else env).get(HOST_ENV)
+    if value is None or value == "":
+        return socket.gethostname()
+    if len(value) > MAX_HOST or any(
+        ch in "@#" or not ch.isprintable() or ch.isspace() for ch in value
+    ):
+        raise ConfigError(
+            f"{HOST_ENV} must be a host name of at most {MAX_HOST} printable characters "
+            "without spaces, '@' or '#' (it is written into the session lease's holder, "
+            "agent@host#pid)"
+        )
+    return value
 
 
 def parse_holder(holder: str) -> tuple[str, str, int] | None:
@@ -76,6 +99,26 @@ def lease_free(lease: Lease | None, now: float) -> bool:
     return lease is None or lease.expires_at <= now
 
 
+def holder_host(lease: Lease) -> str | None:
+    """The host named in the lease's holder, or None when the holder is not ``agent@host#pid``."""
+    parsed = parse_holder(lease.holder)
+    return parsed[1] if parsed is not None else None
+
+
+def on_another_host(lease: Lease | None, *, host: str | None = None) -> bool:
+    """The lease's holder names a host other than this one: its Unix socket is out of reach."""
+    if lease is None:
+        return False
+    named = holder_host(lease)
+    return named is not None and named != (this_host() if host is None else host)
+
+
+def held_on_another_host(lease: Lease | None, now: float, *, host: str | None = None) -> bool:
+    """A live lease of a holder on another host: this serve can neither forward to it nor
+    take it over until it expires."""
+    return not lease_free(lease, now) and on_another_host(lease, host=host)
+
+
 def holder_description(lease: Lease, now: float | None = None) -> str:
     """Who holds a session, for logs and refusals: holder, agent, pid, heartbeat, expiry."""
     now = SystemClock().now() if now is None else now
@@ -92,6 +135,33 @@ def http_refusal(session: str, lease: Lease, now: float | None = None) -> Confli
         f"session {session!r} is already held by {holder_description(lease, now)}; an HTTP "
         "serve must be the session's only writer, so stop that serve first (stdio serves "
         "forward to it instead)"
+    )
+
+
+#: how the refusal of a session held on another host opens (``answered_by_hub`` knows it)
+OTHER_HOST_OPENING = "the session is held on another host"
+
+
+def other_host_refusal(
+    session: str, lease: Lease, now: float | None = None, *, command: bool = False
+) -> ConflictError:
+    """The refusal of a call on a session held by a serve on another host: a Unix socket does
+    not reach it, so a serve waits for the lease to expire (and then takes it over); a
+    one-shot ``command`` is told to run again then, or on that host."""
+    now = SystemClock().now() if now is None else now
+    expires = format_rfc3339(lease.expires_at)
+    then = (
+        f"run it on that host, or again once that lease expires (at {expires} unless its "
+        "holder renews it)"
+        if command
+        else f"this serve takes the session over once that lease expires, at {expires} "
+        "unless its holder renews it (stop that serve to hand the session over sooner)"
+    )
+    return ConflictError(
+        f"{OTHER_HOST_OPENING} ({holder_host(lease)}), and a {'command' if command else 'serve'} "
+        "cannot forward to another host's hub (its Unix socket is local to that machine), so "
+        f"nothing was read and nothing was written here: session {session!r} is held by "
+        f"{holder_description(lease, now)}; {then}"
     )
 
 

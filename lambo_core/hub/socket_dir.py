@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..model import Lease
 from ..paths import APP, socket_dir
+from .lease import on_another_host
 
 log = logging.getLogger("lambo.hub")
 
@@ -136,9 +138,18 @@ def prepare_socket_dir(path: str | os.PathLike[str]) -> Path:
 # --------------------------------------------------------------------------- the socket name
 
 
+#: a location naming a database server, not a file: a URI, as ``store_location`` gives a
+#: postgres store (``postgresql://user@host:port/dbname``, no password)
+_SERVER_LOCATION = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def store_identity(store: str | os.PathLike[str]) -> str:
-    """The store's identity in a socket name: its real absolute path."""
-    return os.path.realpath(os.fspath(store))
+    """The store's identity in a socket name: a SQLite file's real absolute path, or a
+    database server's location text as it is (it names no file)."""
+    text = os.fspath(store)
+    if not isinstance(store, os.PathLike) and _SERVER_LOCATION.match(text):
+        return text
+    return os.path.realpath(text)
 
 
 def socket_name(session: str, store: str | os.PathLike[str]) -> str:
@@ -212,15 +223,21 @@ def hub_candidates(
     env: Mapping[str, str] | None = None,
     lease: Lease | None = None,
     warn: WarnOnce | None = None,
+    *,
+    host: str | None = None,
 ) -> list[Path]:
     """Sockets where the holder of (session, store) may answer, in the order to try them.
 
     The socket recorded with ``lease`` (see ``recorded_socket``). When the
     lease records none yet, also this environment's own directory's socket of
     that name, if one exists there (a holder that published but has not
-    recorded it yet). A socket in an unsafe directory is never a candidate.
+    recorded it yet). A socket in an unsafe directory is never a candidate, and
+    neither is any of a holder on another host than ``host`` (default: this one's,
+    ``this_host``): its socket is that machine's.
     """
     found: list[Path] = []
+    if on_another_host(lease, host=host):
+        return found
     recorded, _ = recorded_socket(lease, session, store, warn)
     if recorded is not None:
         found.append(recorded)

@@ -12,6 +12,9 @@ import pytest
 from mcp import Client
 
 from lambo_core.embed.importer import import_model
+from lambo_core.paths import resolve_paths
+from lambo_core.store import SqliteStore, open_store
+from lambo_core.store.base import Store
 from tests.embed_fixtures import minilm_source_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +41,53 @@ def served_home(lambo_home: Path, tmp_path: Path) -> Path:
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text('[embedder]\nmodel = "minilm"\nthreads = 1\n')
     return lambo_home
+
+
+#: the stores the e2e tool tests run on, each through a real `lambo serve`
+STORE_KINDS = ("sqlite", "memory", "postgres")
+
+
+#: the stores that outlive a serve (a crash, a takeover): every kind but memory
+SHARED_KINDS = tuple(kind for kind in STORE_KINDS if kind != "memory")
+
+
+def store_table(kind: str, request: pytest.FixtureRequest) -> str:
+    """The [store] table of a config on ``kind`` (sqlite: the default store file)."""
+    if kind == "sqlite":
+        return ""
+    if kind == "memory":
+        return '[store]\nkind = "memory"\n'
+    if kind == "postgres":
+        # the test's own database on the tests' server, reached by child processes alike
+        return f'[store]\nkind = "postgres"\ndsn = "{request.getfixturevalue("pg_dsn")}"\n'
+    raise AssertionError(f"no e2e store {kind!r}")
+
+
+def open_served_store(kind: str, home: Path, request: pytest.FixtureRequest) -> Store:
+    """The store the serves of ``home`` used (``store_table``), opened for a test's checks."""
+    if kind == "sqlite":
+        return SqliteStore(resolve_paths(serve_env(home)).default_store)
+    if kind == "postgres":
+        return open_store("postgres", None, request.getfixturevalue("pg_dsn"))
+    raise AssertionError(f"no shared e2e store {kind!r}")
+
+
+@pytest.fixture(params=STORE_KINDS)
+def served_store(request: pytest.FixtureRequest, served_home: Path) -> str:
+    """``served_home`` on each of the e2e stores in turn; the store's kind."""
+    kind = str(request.param)
+    config = served_home / "config" / "lambo.toml"
+    config.write_text(config.read_text() + store_table(kind, request))
+    return kind
+
+
+@pytest.fixture(params=SHARED_KINDS)
+def served_shared_store(request: pytest.FixtureRequest, served_home: Path) -> str:
+    """``served_home`` on each store that outlives a serve; the store's kind."""
+    kind = str(request.param)
+    config = served_home / "config" / "lambo.toml"
+    config.write_text(config.read_text() + store_table(kind, request))
+    return kind
 
 
 def serve_env(home: Path) -> dict[str, str]:

@@ -20,14 +20,16 @@ class RawServe:
     def __init__(
         self,
         home: Path,
-        store: Path,
+        store: Path | None,
         *,
         session: str = "crash",
         stderr: IO[bytes] | int | None = subprocess.DEVNULL,
         env: dict[str, str] | None = None,
         preexec: Callable[[], None] | None = None,
     ) -> None:
-        argv = [*lambo_argv(), "serve", "--session", session, "--store", str(store)]
+        # None: the store the configuration names
+        flags = ["--store", str(store)] if store is not None else []
+        argv = [*lambo_argv(), "serve", "--session", session, *flags]
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,

@@ -1,4 +1,5 @@
-"""`lambo derive|record-action|recall|stats` from a shell: alone, and beside a running hub."""
+"""`lambo derive|record-action|recall|stats` from a shell: alone, and beside a running hub, on
+each store that outlives a command (``served_shared_store``: SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def lambo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_alone_writes_reads_and_exit_codes(served_home: Path) -> None:
+def test_cli_alone_writes_reads_and_exit_codes(served_home: Path, served_shared_store: str) -> None:
     out = lambo(served_home, "derive", "--session", "cli", "--content", "user schema owns accounts")
     assert out.returncode == 0, out.stderr
     assert "applied — derived 1 concept(s): 1 created (1 embedded)" in out.stdout
@@ -61,7 +62,7 @@ def test_cli_alone_writes_reads_and_exit_codes(served_home: Path) -> None:
     assert bad_kind.stderr.splitlines()[-1].startswith("lambo: --kind: unknown variant Logic")
 
 
-def test_cli_forwards_to_the_running_hub(served_home: Path) -> None:
+def test_cli_forwards_to_the_running_hub(served_home: Path, served_shared_store: str) -> None:
     argv = lambo_argv()
     params = StdioServerParameters(
         command=argv[0],

@@ -1,12 +1,15 @@
-"""No acked write is lost: SIGKILL a serve right after its last ack, restart, count."""
+"""No acked write is lost: SIGKILL a serve right after its last ack, restart, count; on each
+store that outlives a serve (SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
 import signal
 from pathlib import Path
 
+import pytest
+
 from lambo_core.model import IntentState
-from lambo_core.store import SqliteStore
+from tests.e2e.conftest import open_served_store
 from tests.e2e.raw_serve import RawServe
 
 N = 500
@@ -25,9 +28,10 @@ def wait_until_settled(serve: RawServe, receipt: str, agent: str) -> None:
     raise AssertionError(f"{receipt} still {answer['state']}: {answer['detail']}")
 
 
-def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) -> None:
-    store_path = tmp_path / "crash.db"
-    serve = RawServe(served_home, store_path)
+def test_500_acked_derives_survive_sigkill(
+    served_home: Path, served_shared_store: str, request: pytest.FixtureRequest
+) -> None:
+    serve = RawServe(served_home, None)
     acked = []
     for i in range(N):
         # Ten agents, so 500 writes in flight fit their lanes (64 outstanding each).
@@ -44,7 +48,7 @@ def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) ->
     serve.proc.wait(10)
     serve.close()
 
-    again = RawServe(served_home, store_path)
+    again = RawServe(served_home, None)
     try:
         for i, receipt in enumerate(acked):
             wait_until_settled(again, receipt, f"agent-{i % 10}")
@@ -58,7 +62,7 @@ def test_500_acked_derives_survive_sigkill(served_home: Path, tmp_path: Path) ->
         again.proc.wait(30)
         again.close()
 
-    store = SqliteStore(store_path)
+    store = open_served_store(served_shared_store, served_home, request)
     keys = [c.canonical_key for c in store.concepts("crash")]
     assert sorted(keys) == sorted(f"crash fact number {i}" for i in range(N))  # exactly once
     for receipt in acked:
