@@ -22,7 +22,7 @@ from lambo_core.errors import ConfigError, StoreError
 from lambo_core.model import Concept, ConceptType, Lease, WriteBatch, new_id
 from lambo_core.store import open_config_store, open_store, provision_store, store_location
 from lambo_core.store.base import Fence, FencedOut
-from lambo_core.store.postgres import schema
+from lambo_core.store.postgres import connection, schema
 from lambo_core.store.postgres.connection import READ_FAILED, UNREACHABLE, register_vector
 from lambo_core.store.postgres.dsn import dsn_identity, looks_like_dsn, mask_dsn
 from lambo_core.store.postgres.store import PostgresStore
@@ -280,6 +280,47 @@ def test_a_takeover_waits_for_an_open_write_and_then_fences_it_out(pg_dsn: str) 
         old.apply(WriteBatch(session=S, concepts=[late]))
     assert new.get_concept(S, late.id) is None
     assert lost and f"token is {held.token + 1} now" in lost[0]
+    old.close()
+    new.close()
+
+
+def test_a_holder_paused_inside_a_transaction_does_not_block_a_takeover_for_ever(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder stopped mid-transaction (its fence check share-locked the lease row) is
+    ended by the server after IDLE_IN_TRANSACTION_S: the takeover then goes through, and
+    what the paused transaction wrote is rolled back."""
+    monkeypatch.setattr(connection, "IDLE_IN_TRANSACTION_S", 1)
+    old = PostgresStore(pg_dsn)
+    new = PostgresStore(pg_dsn)
+    held = old.acquire_lease(lease("old@host-a#1", T0 + 45), T0)
+    assert held is not None
+    old.ensure_session(S, T0)
+    old.fence(S, Fence(held.token, lambda: T0))
+    lost = concept("written by a transaction that never commits")
+    paused = old._db.pool.getconn()
+    try:
+        paused.execute("BEGIN")
+        paused.execute("SELECT token FROM leases WHERE session = %s FOR SHARE", (S,))
+        paused.execute(
+            "INSERT INTO interactions (session, id, agent_id, kind, created_at, about_time, "
+            "summary) VALUES (%s, %s, 'a', 'derive', 0, 0, %s)",
+            (S, lost.id, lost.content),
+        )
+        # the paused holder: nothing more is sent on this connection
+        got: list[Lease | None] = []
+        taker = threading.Thread(
+            target=lambda: got.append(new.acquire_lease(lease("new@host-b#2", T0 + 100), T0 + 50)),
+            daemon=True,
+        )
+        taker.start()
+        taker.join(DEADLINE_S)
+        assert got, "the takeover still waits on the paused holder's lock"
+        taken = got[0]
+        assert taken is not None and taken.token == held.token + 1
+        assert [i.id for i in new.interactions(S)] == []
+    finally:
+        old._db.pool.putconn(paused)
     old.close()
     new.close()
 

@@ -38,6 +38,10 @@ POOL_MAX = 8
 POOL_WAIT_S = 30.0
 #: how often a write that lost a serialization race (CockroachDB, mostly) is tried again
 WRITE_ATTEMPTS = 5
+# A holder paused (SIGSTOP) inside a transaction keeps the lease row share-locked, and a
+# takeover would wait on it for ever: the server ends such a session after this long, well
+# under the 45 s lease, so the lock goes and the paused writer's transaction rolls back.
+IDLE_IN_TRANSACTION_S = 10
 DIALECTS = ("postgres", "cockroach")
 
 READ_FAILED = "the store could not be read; the detail was logged"
@@ -145,6 +149,10 @@ class Database:
             raise StoreError(UNREACHABLE, detail=_driver_text(exc, dsn)) from None
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+            (f"{IDLE_IN_TRANSACTION_S * 1000}",),
+        )
         if self.dialect == "cockroach":
             # FOR SHARE takes a real shared lock under SERIALIZABLE only with this on
             conn.execute("SET enable_shared_locking_for_serializable = on")
