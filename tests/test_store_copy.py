@@ -291,6 +291,30 @@ def test_a_session_a_serve_holds_is_refused_on_either_side(source: Path, tmp_pat
     assert "session 'alpha' in --from is held by agent@elsewhere#7" in err
 
 
+def test_a_lease_left_by_a_killed_process_of_this_host_does_not_stop_a_copy(
+    source: Path, tmp_path: Path
+) -> None:
+    """A copy (or serve) killed with kill -9 leaves its lease live for the TTL; its holder,
+    a process of this host that no longer runs, is taken over at once on either side."""
+    import subprocess
+    import sys
+
+    from lambo_core.hub.lease import this_host
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    pid = int(gone.stdout)
+    dead = Lease("alpha", f"store-copy@{this_host()}#{pid}", pid, "store-copy", T0, T0, 2e9, 0)
+    target = tmp_path / "to.db"
+    for path in (source, target):
+        store = SqliteStore(path)
+        store.acquire_lease(dead, T0)
+        store.close()
+    code, out, err = run("--from", str(source), "--to", str(target), "--session", "alpha")
+    assert code == 0, err
+    assert "ok" in out
+
+
 def test_plain_progress_lines_and_the_terminal_line() -> None:
     now = [0.0]
     plain = io.StringIO()

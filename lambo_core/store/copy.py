@@ -173,7 +173,11 @@ def choose_sessions(source: SourceView, wanted: Iterable[str]) -> list[str]:
 
 
 def _held(lease: Lease | None, now: float) -> bool:
-    return lease is not None and lease.expires_at > now
+    """A live lease, unless its holder is a process of this host that no longer runs (a
+    killed serve or copy): that one is taken over at once, as a serve takes it."""
+    from ..hub.lease import holder_dead_here
+
+    return lease is not None and lease.expires_at > now and not holder_dead_here(lease)
 
 
 def check_source_free(source: SourceView, session: str, now: float) -> None:
@@ -220,6 +224,9 @@ class _TargetLease:
             expires_at=now + LEASE_TTL,
             token=0,
         )
+        current = target.get_lease(session)
+        if current is not None and current.expires_at > now and not _held(current, now):
+            target.release_lease(session, current.token)  # its holder is dead: take it over
         got = target.acquire_lease(wanted, now)
         if got is None:
             raise _held_in_target(session, target.get_lease(session), now)
