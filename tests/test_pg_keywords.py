@@ -14,7 +14,7 @@ import pytest
 
 from lambo_core.model import Concept, ConceptType, Status, WriteBatch
 from lambo_core.store import SqliteStore
-from lambo_core.store.postgres import schema
+from lambo_core.store.postgres import keywords, schema
 from lambo_core.store.postgres.store import PostgresStore
 
 S = "sess"
@@ -134,3 +134,13 @@ def test_migration_2_counts_a_version_1_database(pg_dsn: str) -> None:
         assert opened.keyword_index(S).search("zorblax lease", 1)[0][0] == "c004"
     finally:
         opened.close()
+
+
+def test_the_bound_keeps_the_best_matches(
+    pg: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only MAX_CANDIDATES matches are scored exactly: those with the highest bound."""
+    monkeypatch.setattr(keywords, "MAX_CANDIDATES", 3)
+    fill(pg, [f"lease note {n}" for n in range(30)] + ["lease lease lease", "Zorblax lease"])
+    hits = pg.keyword_index(S).search("zorblax lease", 3)
+    assert [n for n, _ in hits][:2] == ["c031", "c030"]
