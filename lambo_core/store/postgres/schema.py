@@ -160,7 +160,33 @@ def _initial(dialect: str) -> tuple[str, ...]:
     )
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "initial schema", _initial),)
+def _keyword_stats(dialect: str) -> tuple[str, ...]:
+    # BM25 needs N and the average length per session, and each concept's token count;
+    # the store's writes and deletes keep them, in the transaction that changes the rows.
+    added = (
+        "ALTER TABLE concepts ADD COLUMN kw_length integer NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN kw_docs bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN kw_length bigint NOT NULL DEFAULT 0",
+    )
+    if dialect == "cockroach":
+        # CockroachDB ranks with ts_rank (keywords.py) and may not write a column added in
+        # the same transaction; its rows from before this migration keep length 0
+        return added
+    return (
+        *added,
+        # tokens counted from the stored positions (a lexeme keeps at most 256)
+        "UPDATE concepts SET kw_length = (SELECT COALESCE(sum(array_length(positions, 1)), 0) "
+        "FROM unnest(tsv))",
+        "UPDATE sessions SET kw_docs = c.docs, kw_length = c.total FROM "
+        "(SELECT session, count(*) AS docs, sum(kw_length) AS total FROM concepts "
+        "GROUP BY session) AS c WHERE c.session = sessions.name",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _initial),
+    Migration(2, "keyword statistics for BM25", _keyword_stats),
+)
 
 LATEST_VERSION = MIGRATIONS[-1].version
 
@@ -211,6 +237,11 @@ def migrate(conn: psycopg.Connection[Any], dialect: str) -> list[int]:
 
     ``conn`` must be in autocommit mode. A database written by a newer lambo is refused.
     """
+    return migrate_to(conn, dialect, LATEST_VERSION)
+
+
+def migrate_to(conn: psycopg.Connection[Any], dialect: str, version: int) -> list[int]:
+    """``migrate`` up to ``version`` only (tests build an older schema with it)."""
     done = applied_versions(conn)
     if done and done[-1] > LATEST_VERSION:
         raise StoreError(
@@ -221,7 +252,7 @@ def migrate(conn: psycopg.Connection[Any], dialect: str) -> list[int]:
         require_extension(conn, "vector")
     applied: list[int] = []
     for migration in MIGRATIONS:
-        if migration.version in done:
+        if migration.version in done or migration.version > version:
             continue
         if _apply_one(conn, dialect, migration):
             applied.append(migration.version)

@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from ...index.keywords import tokenize
 from ...model import (
     CanonizationEvent,
     Concept,
@@ -48,7 +49,7 @@ from ..sqlite_rows import (
 )
 from . import leases, schema
 from .connection import Database, vector_from_text
-from .keywords import TSV_SQL, PgKeywordIndex, tsv_text
+from .keywords import TSV_SQL, PgKeywordIndex
 from .vectors import VectorLeg
 
 ROWS_PER_PAGE = 1000  # rows per keyset page of a listing
@@ -63,8 +64,8 @@ _WITHOUT_VECTORS = CONCEPT_COLUMNS.format(embedding="NULL")
 _INTERACTION_COLUMNS = "id, session, agent_id, kind, created_at, about_time, summary"
 
 _INSERT_CONCEPT = (
-    f"INSERT INTO concepts({_WITH_VECTORS}, vector_dim, tsv) "
-    f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {TSV_SQL})"
+    f"INSERT INTO concepts({_WITH_VECTORS}, vector_dim, tsv, kw_length) "
+    f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {TSV_SQL}, %s)"
 )
 # Writes the edge only when both ends belong to the session: 0 rows otherwise.
 _UPSERT_EDGE = (
@@ -100,10 +101,11 @@ def _concept_out(row: tuple[Any, ...]) -> Concept:
 def _concept_row(c: Concept) -> tuple[Any, ...]:
     vector = c.vector
     dim = None if vector is None else int(vector.size)
+    terms = tokenize(c.content)
     return (
         c.id, c.session, c.content, c.canonical_key, c.concept_type.value, c.status.value,
         c.created_at, c.about_time, c.agent_id, c.interaction_id, c.access_count, vector,
-        c.repo_scope, c.gc_survived, dim, tsv_text(c.content),
+        c.repo_scope, c.gc_survived, dim, " ".join(terms), len(terms),
     )  # fmt: skip
 
 
@@ -229,8 +231,9 @@ class PostgresStore:
                 "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (session, id) DO NOTHING",
                 (i.id, i.session, i.agent_id, i.kind.value, i.created_at, i.about_time, i.summary),
             )
-        if batch.concepts:
-            _execute_each(cur, _INSERT_CONCEPT, [_concept_row(c) for c in batch.concepts])
+        rows = [_concept_row(c) for c in batch.concepts]
+        if rows:
+            _execute_each(cur, _INSERT_CONCEPT, rows)
         if batch.edges:
             # in order, one statement per edge: a repeat within the batch reinforces
             changed = _execute_each(
@@ -264,9 +267,11 @@ class PostgresStore:
                 raise IntentNotPending(
                     WRITE_REFUSED, detail="the batch's intent is not pending in this session"
                 )
+        # the keyword leg's BM25 statistics move with the rows, in this transaction
         cur.execute(
-            "UPDATE sessions SET mutation_count = mutation_count + %s WHERE name = %s",
-            (len(batch.concepts) + len(batch.edges), batch.session),
+            "UPDATE sessions SET mutation_count = mutation_count + %s, kw_docs = kw_docs + %s, "
+            "kw_length = kw_length + %s WHERE name = %s",
+            (len(rows) + len(batch.edges), len(rows), sum(r[-1] for r in rows), batch.session),
         )
         if cur.rowcount != 1:
             raise refused(f"no session {batch.session!r}")
@@ -315,7 +320,16 @@ class PostgresStore:
 
         def body(cur: Cursor) -> None:
             cur.execute("DELETE FROM edges WHERE session = %s AND src = ANY(%s)", (session, ids))
-            cur.execute("DELETE FROM concepts WHERE session = %s AND id = ANY(%s)", (session, ids))
+            gone = cur.execute(
+                "DELETE FROM concepts WHERE session = %s AND id = ANY(%s) RETURNING kw_length",
+                (session, ids),
+            ).fetchall()
+            if gone:
+                cur.execute(
+                    "UPDATE sessions SET kw_docs = kw_docs - %s, kw_length = kw_length - %s "
+                    "WHERE name = %s",
+                    (len(gone), sum(int(r[0]) for r in gone), session),
+                )
 
         self._db.write(session, body)
 
