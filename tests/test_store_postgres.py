@@ -481,3 +481,24 @@ def test_a_migration_error_s_detail_never_carries_the_password(pg_dsn: str) -> N
             psycopg.Error(f"boom near {SECRET} and postgresql://u:{SECRET}@h"), conn
         )
     assert SECRET not in said and said.startswith("Error: boom near ***")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "postgresql://alice:pw#x@db/lambo",
+        "postgresql://alice:a?b@db:5433/lambo?sslmode=require",
+        "postgres://u@/d?host=/tmp&password=x",
+        "postgresql://u:p%40x@h/d",
+        "postgresql://a,b:5433/d",
+        "postgresql://[::1]:5432/d",
+        "postgresql://alice:S3c/:x@db/lambo",
+        "postgresql://h",
+    ],
+)
+def test_the_hand_parser_reads_a_uri_as_libpq_does(uri: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from lambo_core.store.postgres.dsn import _parse_uri  # used where psycopg is absent
+
+    assert _parse_uri(uri) == conninfo_to_dict(uri)
