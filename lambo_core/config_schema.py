@@ -10,6 +10,7 @@ from collections.abc import Callable
 from .config_key import Key, Value
 from .config_serve import SERVE_KEYS
 from .errors import ConfigError
+from .store.postgres.dsn import dsn_problem
 
 # [recall] layer_relevance_floor's doc; its default is measured by tests/bench/layer_floor.py
 _LAYER_FLOOR = (
@@ -47,6 +48,7 @@ KEYS: tuple[Key, ...] = (
         "string (LAMBO_COCKROACH_DSN also sets it)",
         env="LAMBO_POSTGRES_DSN",
         also_env=("LAMBO_COCKROACH_DSN",),
+        parse=lambda raw, origin: _as_dsn(raw, origin),
     ),
     # [embedder]
     Key(
@@ -382,6 +384,17 @@ def coerce(key: Key, raw: object, origin: str) -> Value:
         if key.maximum is not None and value > key.maximum:
             raise ConfigError(f"{key.dotted} ({origin}) must be at most {_number(key.maximum)}")
     return value
+
+
+def _as_dsn(raw: object, origin: str) -> Value:
+    """A DSN libpq reads as one (or ""); a refusal never shows the value, which may hold a
+    password."""
+    if not isinstance(raw, str):
+        raise ConfigError(f"store.dsn ({origin}) must be a string")
+    problem = dsn_problem(raw) if raw.strip() else None
+    if problem is not None:
+        raise ConfigError(f"store.dsn ({origin}) {problem}")
+    return raw
 
 
 def _number(bound: float) -> str:

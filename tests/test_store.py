@@ -1061,3 +1061,18 @@ def test_serves_opening_a_fresh_file_at_the_same_moment_all_succeed(tmp_path: Pa
             proc.join(30)
         outcomes = [results.get(timeout=5) for _ in procs]
         assert outcomes == ["ok"] * 8, outcomes
+
+
+def test_a_concept_id_is_refused_in_a_second_session(store: Store) -> None:
+    # SQLite keeps concept ids unique store-wide; every store refuses a repeat the same way.
+    first = concept("alpha here")
+    write(store, first)
+    store.ensure_session("other", T0)
+    before = snapshot(store), snapshot(store, "other")
+    again = concept("alpha there", session="other", node_id=first.id)
+    with pytest.raises(StoreError) as info:
+        store.apply(WriteBatch(session="other", interaction=interaction("other"), concepts=[again]))
+    assert info.value.message == "the store refused the write; the detail was logged"
+    assert info.value.detail
+    assert (snapshot(store), snapshot(store, "other")) == before
+    assert store.get_concept("other", first.id) is None

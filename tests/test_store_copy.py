@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from lambo_core.cli import cli
 from lambo_core.cli.row_progress import RowProgress
+from lambo_core.errors import ParameterError
 from lambo_core.model import (
     CanonizationEvent,
     Concept,
@@ -499,3 +500,16 @@ def test_from_with_an_older_schema_is_refused_and_left_as_it_was(tmp_path: Path)
     assert f"older than this lambo's {migrations.LATEST_VERSION}" in err
     assert f"`lambo provision --store {old}`" in err
     assert old.read_bytes() == before and not (tmp_path / "to.db").exists()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["postgresql+psycopg://alice:S3cretPW@db.internal/lambo", "postgressql://alice:S3cretPW@db/x"],
+)
+def test_a_location_of_another_scheme_is_refused_unechoed(bad: str) -> None:
+    for flag in ("--from", "--to"):
+        with pytest.raises(ParameterError) as refused:
+            parse_location(flag, bad)
+        message = refused.value.render()
+        assert message.startswith(f"{flag} ") and "postgresql:// or postgres://" in message
+        assert "S3cretPW" not in message and "alice" not in message

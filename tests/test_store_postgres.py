@@ -24,7 +24,7 @@ from lambo_core.store import open_config_store, open_store, provision_store, sto
 from lambo_core.store.base import Fence, FencedOut
 from lambo_core.store.postgres import connection, schema
 from lambo_core.store.postgres.connection import READ_FAILED, UNREACHABLE, register_vector
-from lambo_core.store.postgres.dsn import dsn_identity, looks_like_dsn, mask_dsn
+from lambo_core.store.postgres.dsn import dsn_identity, looks_like_dsn, mask_dsn, scrub
 from lambo_core.store.postgres.store import PostgresStore
 from lambo_core.store.rows import WRITE_REFUSED
 
@@ -90,8 +90,9 @@ def test_racing_migrators_apply_each_version_once(pg_dsn: str) -> None:
         t.start()
     for t in threads:
         t.join(DEADLINE_S)
-    every = [m.version for m in schema.MIGRATIONS]
-    assert sorted(results, key=len) == [[], [], [], every], results
+    assert all(isinstance(r, list) for r in results), results
+    applied = sorted(version for r in results for version in r)
+    assert applied == [m.version for m in schema.MIGRATIONS], results
 
 
 def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
@@ -131,7 +132,7 @@ def test_dsn_masking_and_identity() -> None:
         "postgresql://u@h:5/d"
     )
     assert dsn_identity("postgresql://postgres:@/t_1?host=/tmp/pg") == (
-        "postgresql://postgres@/tmp/pg/t_1"
+        "postgresql://postgres@/tmp/pg:5432/t_1"
     )
     for dsn in (uri, "POSTGRES://h/d", "host=localhost dbname=x", "dbname=x"):
         assert looks_like_dsn(dsn), dsn
@@ -172,7 +173,7 @@ def test_config_show_masks_the_dsn_password(tmp_path: Path) -> None:
     assert SECRET not in shown
     assert 'dsn = "postgresql://lambo:***@db.example/memory"  # env LAMBO_POSTGRES_DSN' in shown
     assert "# store dsn:   postgresql://lambo:***@db.example/memory" in shown
-    assert store_location(config) == "postgresql://lambo@db.example/memory"
+    assert store_location(config) == "postgresql://lambo@db.example:5432/memory"
     roach = load_config(
         env={"LAMBO_HOME": str(tmp_path), "LAMBO_STORE": "cockroach",
              "LAMBO_COCKROACH_DSN": f"host=r password={SECRET}"},
@@ -392,3 +393,112 @@ def test_a_closed_store_refuses_with_a_store_error(pg_dsn: str) -> None:
         with pytest.raises(StoreError) as refused:
             call()
         assert refused.value.message in (READ_FAILED, UNREACHABLE, WRITE_REFUSED)
+
+
+# -- DSNs as libpq reads them --------------------------------------------------------------
+
+
+def test_a_uri_password_is_masked_where_libpq_ends_it() -> None:
+    # libpq's userinfo runs to the first '@' (or '/'): '#' and '?' belong to the password
+    for password in ("pw#x", "pw?x", "a#b?c"):
+        uri = f"postgresql://alice:{password}@db/lambo"
+        assert mask_dsn(uri) == "postgresql://alice:***@db/lambo", uri
+        assert dsn_identity(uri) == "postgresql://alice@db:5432/lambo", uri
+    assert dsn_identity("postgresql://alice:pw#x@db/other") != dsn_identity(
+        "postgresql://alice:pw#x@db/lambo"
+    )
+    # a '/' ends libpq's userinfo: the rest is host:port, never shown as a password
+    assert "S3c" not in mask_dsn("postgresql://alice:S3c/:x@db/lambo")
+    assert scrub(f"failed: postgresql://alice:{SECRET}#x@db/lambo", "") == (
+        "failed: postgresql://alice:***@db/lambo"
+    )
+    assert scrub(f"see mysql://root:{SECRET}@h/x and postgresql+psycopg://a:{SECRET}@h", "") == (
+        "see mysql://root:***@h/x and postgresql+psycopg://a:***@h"
+    )
+
+
+def test_spellings_of_one_database_share_an_identity() -> None:
+    one = {
+        "postgresql://lambo@localhost/lambo",
+        "postgresql://lambo@localhost:5432/lambo",
+        "postgres://lambo:pw@localhost:5432/lambo",
+        "postgresql://lambo@localhost",  # dbname defaults to the user
+        "host=localhost user=lambo dbname=lambo",
+        "host=localhost port=5432 user=lambo password=x",
+    }
+    assert {dsn_identity(dsn) for dsn in one} == {"postgresql://lambo@localhost:5432/lambo"}
+    assert dsn_identity("postgresql://lambo@localhost:5433/lambo") != dsn_identity(
+        "postgresql://lambo@localhost/lambo"
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        f"postgresql+psycopg://alice:{SECRET}@db.internal/lambo",
+        f"postgressql://alice:{SECRET}@db/lambo",
+        f"mysql://alice:{SECRET}@db/lambo",
+    ],
+)
+def test_a_dsn_of_another_scheme_is_refused_unechoed(bad: str, tmp_path: Path) -> None:
+    for variable in ("LAMBO_POSTGRES_DSN", "LAMBO_COCKROACH_DSN"):
+        env = {"LAMBO_HOME": str(tmp_path), "LAMBO_STORE": "postgres", variable: bad}
+        with pytest.raises(ConfigError) as refused:
+            load_config(env=env, cwd=tmp_path)
+        message = refused.value.render()
+        assert f"store.dsn (env {variable})" in message
+        assert "postgresql:// or postgres://" in message and "key=value" in message
+        assert SECRET not in message and "alice" not in message
+    (tmp_path / "lambo.toml").write_text(f'[store]\nkind = "postgres"\ndsn = "{bad}"\n')
+    with pytest.raises(ConfigError) as from_file:
+        load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path)
+    assert "store.dsn" in from_file.value.message and SECRET not in from_file.value.render()
+
+
+def test_a_store_whose_concept_ids_repeat_is_refused_migration_3(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        schema.migrate(conn, "postgres", upto=2)  # a store written before ids were unique
+        for session in ("a", "b"):
+            conn.execute("INSERT INTO sessions(name, created_at) VALUES (%s, 0)", (session,))
+            conn.execute(
+                "INSERT INTO concepts(session, id, content, canonical_key, concept_type, "
+                "created_at, about_time, agent_id, tsv) "
+                "VALUES (%s, 'same-id', 'x', 'x', 'entity', 0, 0, 'a', ''::tsvector)",
+                (session,),
+            )
+    with pytest.raises(StoreError) as refused:
+        PostgresStore(pg_dsn)
+    assert refused.value.message.startswith(
+        "the store's schema could not be migrated to version 3: rows already in the store "
+        "break its new rule (concept ids unique across sessions)"
+    )
+    assert refused.value.detail and "same-id" in refused.value.detail
+
+
+def test_a_migration_error_s_detail_never_carries_the_password(pg_dsn: str) -> None:
+    with psycopg.connect(_secret_dsn(pg_dsn, pg_dsn.partition("?")[0].rpartition("/")[2])) as conn:
+        said = schema.driver_detail(
+            psycopg.Error(f"boom near {SECRET} and postgresql://u:{SECRET}@h"), conn
+        )
+    assert SECRET not in said and said.startswith("Error: boom near ***")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "postgresql://alice:pw#x@db/lambo",
+        "postgresql://alice:a?b@db:5433/lambo?sslmode=require",
+        "postgres://u@/d?host=/tmp&password=x",
+        "postgresql://u:p%40x@h/d",
+        "postgresql://a,b:5433/d",
+        "postgresql://[::1]:5432/d",
+        "postgresql://alice:S3c/:x@db/lambo",
+        "postgresql://h",
+    ],
+)
+def test_the_hand_parser_reads_a_uri_as_libpq_does(uri: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from lambo_core.store.postgres.dsn import _parse_uri  # used where psycopg is absent
+
+    assert _parse_uri(uri) == conninfo_to_dict(uri)

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import ConfigError, ParameterError, StoreError
 from . import migrations
 from .base import Store
-from .postgres.dsn import dsn_identity, looks_like_dsn, mask_dsn
+from .postgres.dsn import dsn_identity, dsn_problem, looks_like_dsn, mask_dsn
 from .sqlite import SqliteStore
 
 
@@ -46,7 +46,11 @@ def parse_location(flag: str, text: str) -> Location:
     """``text`` as a DSN when it looks like one, else a SQLite path; refusals name ``flag``."""
     if text.strip() == "":
         raise ParameterError(f"{flag} must name a SQLite file or a PostgreSQL DSN")
-    if looks_like_dsn(text):
+    if "://" in text or looks_like_dsn(text):
+        # a URI of another scheme is refused, not taken for a path and echoed
+        problem = dsn_problem(text)
+        if problem is not None:
+            raise ParameterError(f"{flag} is no SQLite path and no PostgreSQL DSN: a DSN {problem}")
         return Location(flag, dsn=text.strip())
     if text == "memory":
         raise ParameterError(

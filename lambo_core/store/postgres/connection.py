@@ -159,8 +159,11 @@ class Database:
         register_vector(conn, binary=self.dialect == "postgres")
 
     def schema_version(self) -> int:
-        with self.pool.connection() as conn:
-            done = schema.applied_versions(conn)
+        try:
+            with self.pool.connection() as conn:
+                done = schema.applied_versions(conn)
+        except psycopg.Error as exc:  # the pool's own failure, PoolTimeout among them
+            raise refused(_driver_text(exc, self._dsn)) from None
         return done[-1] if done else 0
 
     # -- fences --------------------------------------------------------------------

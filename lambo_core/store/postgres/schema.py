@@ -24,6 +24,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from ...errors import StoreError
+from .dsn import MASK, scrub
 
 #: pg_advisory_xact_lock key of lambo's migrations ("lambo" in ASCII)
 MIGRATION_LOCK = 0x6C616D626F
@@ -183,9 +184,16 @@ def _keyword_stats(dialect: str) -> tuple[str, ...]:
     )
 
 
+def _concept_ids_store_wide(dialect: str) -> tuple[str, ...]:
+    # SQLite's concepts.id is UNIQUE across the store, and the memory store refuses a repeat:
+    # PostgreSQL keyed concepts by (session, id) only, so a second session could reuse an id.
+    return ("CREATE UNIQUE INDEX concepts_id_unique ON concepts(id)",)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial),
     Migration(2, "keyword statistics for BM25", _keyword_stats),
+    Migration(3, "concept ids unique across sessions", _concept_ids_store_wide),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -203,6 +211,17 @@ class _Taken(Exception):
     """Another migrator recorded this version first."""
 
 
+def driver_detail(exc: BaseException, conn: psycopg.Connection[Any]) -> str:
+    """The driver's text for the log, scrubbed as connection.py's is: libpq's own record of
+    the connection's password (its ``info.dsn`` leaves it out) and any URI userinfo masked."""
+    text = scrub(f"{type(exc).__name__}: {exc}", "")
+    try:
+        password = conn.info.password
+    except psycopg.Error:  # a connection gone bad: the userinfo mask is what is left
+        password = None
+    return text.replace(password, MASK) if password else text
+
+
 def applied_versions(conn: psycopg.Connection[Any]) -> list[int]:
     """Versions recorded in the database, ascending ([] for a fresh one)."""
     try:
@@ -211,7 +230,9 @@ def applied_versions(conn: psycopg.Connection[Any]) -> list[int]:
             return []
         rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
     except psycopg.Error as exc:
-        raise StoreError("the store's schema could not be read", detail=str(exc)) from exc
+        raise StoreError(
+            "the store's schema could not be read", detail=driver_detail(exc, conn)
+        ) from exc
     return [int(r[0]) for r in rows]
 
 
@@ -232,12 +253,13 @@ def require_extension(conn: psycopg.Connection[Any], name: str) -> None:
         )
 
 
-def migrate(conn: psycopg.Connection[Any], dialect: str) -> list[int]:
-    """Apply every missing migration, each in one transaction; the versions applied.
+def migrate(conn: psycopg.Connection[Any], dialect: str, upto: int | None = None) -> list[int]:
+    """Apply every missing migration (up to ``upto``, for tests), each in one transaction;
+    the versions applied.
 
     ``conn`` must be in autocommit mode. A database written by a newer lambo is refused.
     """
-    return migrate_to(conn, dialect, LATEST_VERSION)
+    return migrate_to(conn, dialect, LATEST_VERSION if upto is None else upto)
 
 
 def migrate_to(conn: psycopg.Connection[Any], dialect: str, version: int) -> list[int]:
@@ -277,16 +299,23 @@ def _apply_one(conn: psycopg.Connection[Any], dialect: str, migration: Migration
                 conn.execute(statement)
     except _Taken:
         return False
+    except pg_errors.UniqueViolation as exc:
+        raise StoreError(
+            f"the store's schema could not be migrated to version {migration.version}: rows "
+            f"already in the store break its new rule ({migration.description}); the detail "
+            "names them",
+            detail=driver_detail(exc, conn),
+        ) from exc
     except pg_errors.InsufficientPrivilege as exc:
         raise StoreError(
             f"the store's schema could not be migrated to version {migration.version}: the "
             "DSN's role may not create what it needs (the vector extension wants a superuser, "
             "once: `CREATE EXTENSION vector`); run `lambo provision` as a role that may",
-            detail=str(exc),
+            detail=driver_detail(exc, conn),
         ) from exc
     except psycopg.Error as exc:
         raise StoreError(
             f"the store's schema could not be migrated to version {migration.version}",
-            detail=str(exc),
+            detail=driver_detail(exc, conn),
         ) from exc
     return True

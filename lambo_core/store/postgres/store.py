@@ -154,10 +154,7 @@ class PostgresStore:
     # -- schema ----------------------------------------------------------------
 
     def schema_version(self) -> int:
-        try:
-            return self._db.schema_version()
-        except psycopg.Error as exc:
-            raise refused(str(exc)) from None
+        return self._db.schema_version()
 
     def migrate(self) -> list[int]:
         """Apply missing migrations; the versions applied ([] when current)."""
