@@ -79,6 +79,7 @@ from lambo_core.scoring import (  # noqa: E402
 )
 from lambo_core.session import EmbedderPlan, Session  # noqa: E402
 from lambo_core.store import SqliteStore  # noqa: E402
+from lambo_core.store.base import Store  # noqa: E402
 from lambo_core.text import canonical_key  # noqa: E402
 from tests.embed_fixtures import minilm_source_dir  # noqa: E402
 
@@ -262,19 +263,54 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1e3
 
 
+def open_as_serve(store: Store, embedder: SwitchEmbedder) -> tuple[Session, float]:
+    """The bench session opened as a serve opens it (``Session.open``, which runs
+    ``SessionIndex.open``), and the seconds that took."""
+    t0 = time.perf_counter()
+    session = Session.open(store, SESSION, EmbedderPlan.ready(embedder))
+    assert session.plan.lazy is not None and session.plan.lazy.wait(10)
+    return session, time.perf_counter() - t0
+
+
+def warm_summaries(session: Session) -> None:
+    """The steady state: a serve that holds the session summarises its concepts' edges in
+    the background (about 1.5 s at 100k)."""
+    start_summary_warm(session.index)
+    assert wait_for_summaries(session.index, 600)
+
+
+def serve_history(session: Session) -> CanonHistory:
+    """One demotion history for the session, as a serve holds it (a recall without one
+    would read the stored canonization events on every call)."""
+    return CanonHistory(session, CanonRules())
+
+
+def timed_recall(
+    session: Session,
+    embedder: SwitchEmbedder,
+    history: CanonHistory,
+    text: str,
+    vector: npt.NDArray[np.float32],
+) -> tuple[float, int]:
+    """One whole ``recall`` with the default arguments, excluding the query embedding (the
+    embedder hands back ``vector`` for ``text``, which no earlier call may have used, so
+    no cache answers): (seconds, hits)."""
+    embedder.prepared[text] = vector
+    embedder.real = False
+    t = time.perf_counter()
+    result = recall(
+        session, {"agent_id": "b", "query": text}, defaults=RecallDefaults(), canon_history=history
+    )
+    return time.perf_counter() - t, len(result.hits)
+
+
 def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None) -> dict[str, Any]:
     rng = np.random.default_rng(n)
     words = vocabulary(np.random.default_rng(20240611))
     embedder = SwitchEmbedder(dim, model)
     store = SqliteStore(path)
-    t0 = time.perf_counter()
-    session = Session.open(store, SESSION, EmbedderPlan.ready(embedder))
-    assert session.plan.lazy is not None and session.plan.lazy.wait(10)
-    open_s = time.perf_counter() - t0
-    # the steady state: a serve that holds the session summarises its concepts'
-    # edges in the background (about 1.5 s at 100k)
-    start_summary_warm(session.index)
-    assert wait_for_summaries(session.index, 60)
+    session, open_s = open_as_serve(store, embedder)
+    warm_summaries(session)
     assert session.index.vectors is not None
     matrix = session.index.vectors.in_ram()  # the SQLite store's own matrix (no copy)
     assert len(matrix) == n
@@ -288,9 +324,7 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
         q = rng.standard_normal(dim).astype(np.float32)
         embedder.prepared[text] = q / np.linalg.norm(q)
 
-    # one demotion history for the session, as a serve holds it (a recall without one
-    # would read the stored canonization events on every call)
-    history = CanonHistory(session, CanonRules())
+    history = serve_history(session)
     for i in range(5):  # warm: BLAS threads, FTS pages, the session-wide degree table
         text = query_text(i, "warm")
         prepare(text)
@@ -308,13 +342,9 @@ def measure(path: Path, n: int, dim: int, reps: int, model: OnnxEmbedder | None)
         floor.append(time.perf_counter() - t)
         text = query_text(i, "x")
         prepare(text)
-        embedder.real = False
-        t = time.perf_counter()
-        result = recall(
-            session, {"agent_id": "b", "query": text}, defaults=defaults, canon_history=history
-        )
-        excl.append(time.perf_counter() - t)
-        hits.append(len(result.hits))
+        took, found = timed_recall(session, embedder, history, text, embedder.prepared[text])
+        excl.append(took)
+        hits.append(found)
         if model is not None:
             text = query_text(i, "y")
             embedder.real = True

@@ -15,6 +15,10 @@ top-10 at 100k <= 1.3x the floor.
 
 Options: ``--rebuild`` drops the cache; ``--concepts N`` / ``--dim D`` change
 the size (the cache file is keyed on both).
+
+``--store postgres`` instead runs tests/bench/store_pg.py: recall p50/p95, applied
+writes/s, open time and RSS on PostgreSQL at 10k, 100k and 1M concepts (``--sizes``)
+beside SQLite's at 10k and 100k, and the HNSW index's recall@10 at 100k; see its docstring.
 """
 
 from __future__ import annotations
@@ -269,7 +273,47 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=101)
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child's entry
+    parser.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: PostgreSQL beside SQLite (tests/bench/store_pg.py); default sqlite",
+    )
+    parser.add_argument(
+        "--sizes", default=None, help="--store postgres: sizes (default 10000,100000,1000000)"
+    )
+    parser.add_argument(
+        "--sqlite-max", type=int, default=100_000, help="--store postgres: largest SQLite size"
+    )
+    parser.add_argument(
+        "--bulk-above",
+        type=int,
+        default=100_000,
+        help="--store postgres: sizes above this are bulk-loaded with COPY, index built after",
+    )
+    parser.add_argument(
+        "--recall-at",
+        type=lambda text: [int(n) for n in text.split(",") if n.strip()],
+        default=[100_000],
+        help="--store postgres: sizes whose HNSW recall@10 is measured (default 100000)",
+    )
+    parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="--store postgres: build the caches, measure nothing",
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # store_pg's child
     args = parser.parse_args()
+
+    if args.store == "postgres" or args.child is not None:
+        # run as a script, this directory is first on sys.path, where http.py would shadow
+        # the standard library's http for recall.py's imports
+        here = Path(__file__).resolve().parent
+        sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != here]
+        from tests.bench import store_pg
+
+        store_pg.main(args)
+        return
 
     if args.measure is not None:
         print(json.dumps(measure(args.measure, args.reps)))
