@@ -267,3 +267,42 @@ def test_the_session_name_is_a_parameter_not_sql(conn: Any) -> None:
     insert(conn, "s", rows)
     assert vectors.top_k(conn, "s' OR '1'='1", 4, rows[0], 5) == []
     assert conn.execute("SELECT count(*) FROM concepts").fetchone()[0] == 5
+
+
+def test_a_small_session_among_a_big_one_s_neighbours_gets_its_exact_top_k(conn: Any) -> None:
+    """The index covers every session; its iterative scan stops at hnsw.max_scan_tuples
+    (20,000 by default, lowered here so a small table shows it). A small session whose
+    rows all lie behind a big session's gets its exact top k, not nothing."""
+    rng = np.random.default_rng(13)
+    q = np.zeros(8, dtype=np.float32)
+    q[0] = 1.0
+    near = q + 0.3 * rng.standard_normal((3000, 8)).astype(np.float32)
+    far = -q + 0.3 * rng.standard_normal((300, 8)).astype(np.float32)
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    far /= np.linalg.norm(far, axis=1, keepdims=True)
+    insert(conn, "big", near, prefix="b")
+    small_ids = insert(conn, "small", far, prefix="s")
+    tiny_ids = insert(conn, "tiny", far[:4], prefix="t")
+    assert vectors.ensure_vector_index(conn, 8)
+    conn.execute("SET hnsw.max_scan_tuples = 1000")
+    # at this size the planner would read the small session's rows itself; in a big
+    # table it takes the vector index, as it must here without the key or a cheap scan
+    conn.execute("ALTER TABLE concepts DROP CONSTRAINT concepts_pkey")
+    conn.execute("SET enable_seqscan = off")
+    # the index alone gives the small session too little: the case being fixed
+    conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    params = {"q": vectors.vector_text(q), "session": "small", "limit": 20}
+    explained = conn.execute(psycopg.sql.SQL("EXPLAIN ") + vectors.search_sql(8), params)
+    assert "Index Scan using concepts_hnsw_8" in str(explained.fetchall())
+    assert len(conn.execute(vectors.search_sql(8), params).fetchall()) < 20
+    got = vectors.top_k(conn, "small", 8, q, 10)
+    assert [h.node_id for h in got] == [n for n, _ in exact(small_ids, far, q, 10)]
+    # a session with fewer vectors than k gets all of them
+    assert sorted(h.node_id for h in vectors.top_k(conn, "tiny", 8, q, 10)) == tiny_ids
+    # and inside a caller's transaction too
+    with conn.transaction():
+        got = vectors.top_k(conn, "small", 8, q, 10)
+    assert [h.node_id for h in got] == [n for n, _ in exact(small_ids, far, q, 10)]
+    # the big session is still served by the index, in full
+    big = vectors.top_k(conn, "big", 8, q, 10)
+    assert len(big) == 10

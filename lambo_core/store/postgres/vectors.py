@@ -8,7 +8,10 @@ matches a partial index's predicate at plan time) and the planner picks that ind
 session is a filter on the index scan: ``hnsw.iterative_scan = relaxed_order`` keeps the
 scan going until enough of the session's rows came out (a small session in a big table
 is otherwise starved by ``ef_search``), and the relaxed order is undone by an exact sort
-of the candidates here. Every value from a caller travels as a parameter.
+of the candidates here. The scan still gives up at ``hnsw.max_scan_tuples`` (20,000 by
+default; raising it made a miss slower, not found: see ``_search``): a session that came
+back short of its own row count is then searched exactly, a second round trip. Every
+value from a caller travels as a parameter.
 
 HNSW indexes ``vector`` up to 2000 dimensions; a wider session is searched exactly (a
 scan of its rows in the database, correct but slower), see ``indexable``.
@@ -149,7 +152,8 @@ def top_k(
     """The ``k`` concepts of ``session`` (width ``dim``) nearest ``query`` by cosine, best first.
 
     On an idle autocommit connection (the store's pool) one round trip: the transaction,
-    its two SET LOCALs and the search go out as one pipeline; inside a caller's
+    its two SET LOCALs, the search and a count go out as one pipeline (a second when the
+    index scan comes back short and the session is searched exactly); inside a caller's
     transaction, a savepoint of it. Ties are broken by node id, as ``VectorMatrix.top_k``.
     """
     dim = check_dim(dim)
@@ -181,9 +185,12 @@ def _query_param(conn: Any, q: npt.NDArray[np.float32]) -> Any:
     return q
 
 
-def search_sql(dim: int, *, exclude_ids: bool = False, exclude_statuses: bool = False) -> Any:
+def search_sql(
+    dim: int, *, exclude_ids: bool = False, exclude_statuses: bool = False, exact: bool = False
+) -> Any:
     """The search statement for width ``dim``; parameters q, session, limit (and excluded,
-    statuses when asked for). Its expression and ``vector_dim = D`` match the index's."""
+    statuses when asked for). Its expression and ``vector_dim = D`` match the index's;
+    ``exact`` orders by the similarity instead, which no index can serve."""
     dim = check_dim(dim)
     filters = []
     if exclude_ids:
@@ -193,11 +200,14 @@ def search_sql(dim: int, *, exclude_ids: bool = False, exclude_statuses: bool = 
     distance = sql.SQL("{expr} <=> %(q)s::vector({dim})").format(
         expr=_expr(dim), dim=sql.Literal(dim)
     )
+    order = sql.SQL("2 DESC") if exact else distance
     return sql.SQL(
         "SELECT id, 1 - ({distance}) FROM concepts "
         "WHERE vector_dim = {dim} AND session = %(session)s{filters} "
-        "ORDER BY {distance} LIMIT %(limit)s"
-    ).format(distance=distance, dim=sql.Literal(dim), filters=sql.SQL("").join(filters))
+        "ORDER BY {order} LIMIT %(limit)s"
+    ).format(
+        distance=distance, dim=sql.Literal(dim), filters=sql.SQL("").join(filters), order=order
+    )
 
 
 def _search(
@@ -216,31 +226,58 @@ def _search(
         params["excluded"] = list(excluded)
     if statuses:
         params["statuses"] = list(statuses)
-    statement = search_sql(dim, exclude_ids=bool(excluded), exclude_statuses=bool(statuses))
-    if dialect == "cockroach":  # no pgvector settings there
+    exclusions = {"exclude_ids": bool(excluded), "exclude_statuses": bool(statuses)}
+    statement = search_sql(dim, **exclusions)
+    if dialect == "cockroach":  # no pgvector settings there, no index: already exact
         return list(conn.execute(statement, params).fetchall())
     # SET LOCAL, as set_config(..., true): the settings end with the transaction
     settings = (
         "SELECT set_config('hnsw.ef_search', %s, true), "
-        "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        (str(ef),),
     )
+    # how many rows the search can give at most: fewer back means the index scan gave up
+    count = (_COUNT_UP_TO, {"session": session, "dim": dim, "limit": limit})
+    rows, (available,) = _run(conn, settings, (statement, params), count)
+    if len(rows) >= min(limit, int(available)):
+        return list(rows)
+    # The session is a filter on an index of every session's rows: the iterative scan
+    # stops at hnsw.max_scan_tuples, so a small session among a big one's neighbours
+    # comes back short (or empty). Its rows, scanned exactly, are the answer: ordered by
+    # the similarity, which the vector index cannot serve.
+    no_index = ("SELECT set_config('enable_indexscan', 'off', true)", None)
+    return list(_run(conn, no_index, (search_sql(dim, exact=True, **exclusions), params))[0])
+
+
+_COUNT_UP_TO = (
+    "SELECT count(*) FROM (SELECT 1 FROM concepts "
+    "WHERE session = %(session)s AND vector_dim = %(dim)s LIMIT %(limit)s) AS found"
+)
+
+
+def _run(conn: Any, settings: tuple[str, Any], *statements: tuple[Any, Any]) -> list[Any]:
+    """``statements`` after ``settings`` in one transaction: the rows of the first, the
+    first row of each other. On an idle autocommit connection one round trip; inside a
+    caller's transaction, a savepoint of it."""
     if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-        return _one_trip(conn, (settings, (str(ef),)), (statement, params))
-    with conn.transaction():  # inside a caller's transaction: a savepoint of it
-        conn.execute(settings, (str(ef),))
-        return list(conn.execute(statement, params).fetchall())
+        cursors = _one_trip(conn, settings, statements)
+    else:
+        with conn.transaction():
+            conn.execute(*settings)
+            cursors = [conn.execute(*statement) for statement in statements]
+    return [list(cursors[0].fetchall()), *(cur.fetchone() for cur in cursors[1:])]
 
 
-def _one_trip(conn: Any, settings: tuple[str, Any], search: tuple[Any, Any]) -> list[Any]:
-    """BEGIN, the settings, the search and COMMIT sent as one pipeline: one round trip
+def _one_trip(conn: Any, settings: tuple[str, Any], statements: Sequence[Any]) -> list[Any]:
+    """BEGIN, the settings, the statements and COMMIT sent as one pipeline: one round trip
     (a ``transaction()`` block waits for its BEGIN, and each statement, apart)."""
     try:
         with conn.pipeline():
             conn.execute("BEGIN")
             conn.execute(*settings)
-            cur = conn.execute(*search)
+            cursors = [conn.execute(*statement) for statement in statements]
             conn.execute("COMMIT")
-        return list(cur.fetchall())
+        return cursors
     except BaseException:
         # a failed statement skips the COMMIT: leave the connection idle, as found
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
