@@ -6,6 +6,8 @@ The table here has the contract's vector columns only; the store's own table has
 from __future__ import annotations
 
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -306,3 +308,71 @@ def test_a_small_session_among_a_big_one_s_neighbours_gets_its_exact_top_k(conn:
     # the big session is still served by the index, in full
     big = vectors.top_k(conn, "big", 8, q, 10)
     assert len(big) == 10
+
+
+def _wait_for(conn: Any, statement: str, deadline_s: float = 60.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not conn.execute(statement).fetchone()[0]:
+        assert time.monotonic() < deadline, f"never true: {statement}"
+        time.sleep(0.05)
+
+
+def _holding_a_write(pg_dsn: str, node_id: str) -> Any:
+    """A connection with an open transaction that wrote a row of ``concepts``."""
+    holder = psycopg.connect(pg_dsn)  # not autocommit: the insert's transaction stays open
+    holder.execute("INSERT INTO concepts (session, id) VALUES ('other', %s)", (node_id,))
+    return holder
+
+
+def test_an_index_build_blocks_no_write(conn: Any, pg_dsn: str) -> None:
+    """The build waits for open writes to end (CONCURRENTLY) and stops none meanwhile; a
+    plain CREATE INDEX's SHARE lock would queue every later write behind it."""
+    holder = _holding_a_write(pg_dsn, "open")
+    result: list[Any] = []
+
+    def build() -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as builder:
+            result.append(vectors.ensure_vector_index(builder, 8))
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        _wait_for(
+            conn,
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE 'CREATE INDEX CONCURRENTLY%'",
+        )
+        with psycopg.connect(pg_dsn) as writer:
+            writer.execute("SET lock_timeout = '30s'")  # a generous deadline, not a timing
+            writer.execute("INSERT INTO concepts (session, id) VALUES ('other', 'later')")
+            writer.commit()
+    finally:
+        holder.commit()
+        holder.close()
+        thread.join(timeout=120)
+    assert result == [True]
+    assert vectors.index_valid(conn, 8) is True
+
+
+def test_a_failed_build_is_dropped_and_built_again(conn: Any, pg_dsn: str) -> None:
+    holder = _holding_a_write(pg_dsn, "open")
+    try:
+        conn.execute("SET lock_timeout = '1s'")  # the build cannot outwait the holder
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            vectors.ensure_vector_index(conn, 16)
+        # a failed concurrent build leaves an invalid index behind, unused by the planner
+        assert vectors.index_valid(conn, 16) is False
+    finally:
+        holder.commit()
+        holder.close()
+    conn.execute("RESET lock_timeout")
+    assert vectors.ensure_vector_index(conn, 16)
+    assert vectors.index_valid(conn, 16) is True
+    # and the advisory lock was given back both times: another connection can build
+    with psycopg.connect(pg_dsn, autocommit=True) as other:
+        assert vectors.ensure_vector_index(other, 24)
+
+
+def test_an_index_is_built_outside_any_transaction(conn: Any) -> None:
+    with conn.transaction(), pytest.raises(ValueError, match="idle autocommit"):
+        vectors.ensure_vector_index(conn, 8)

@@ -21,7 +21,7 @@ CockroachDB (``dialect="cockroach"``, untested here): its vector index wants a t
 there and the same statement, without pgvector's settings, scans the session's rows.
 
 ``VectorLeg`` is what ``PostgresStore`` calls: the pool, errors as ``StoreError``, and
-each width's index made once, at its first vector or contract.
+each width's index built concurrently after its first vector or contract, until valid.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -54,6 +55,7 @@ EXTRA_CANDIDATES = 10  # asked beyond k: relaxed order may hand a true top-k row
 # one advisory lock key space for index creation, so two hubs creating the same
 # width's index wait for each other instead of racing on the catalog
 _INDEX_LOCK_CLASS = 0x4C18
+RETRY_AFTER_S = 30.0  # a width whose index build failed is tried again after this
 
 
 class VectorHit(NamedTuple):
@@ -99,28 +101,52 @@ def _expr(dim: int) -> sql.Composable:
     return sql.SQL("(embedding::vector({}))").format(sql.Literal(dim))
 
 
-def ensure_vector_index(conn: Any, dim: int, dialect: str = "postgres") -> bool:
-    """Create width ``dim``'s HNSW index if missing; False when none can be made here (too
-    wide, or CockroachDB).
+def index_valid(conn: Any, dim: int) -> bool | None:
+    """Width ``dim``'s index: True when it is there and valid, False when it is there but
+    invalid (what a failed concurrent build leaves), None when there is none."""
+    row = conn.execute(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (index_name(dim),)
+    ).fetchone()
+    return None if row is None else bool(row[0])
 
-    Runs in a transaction of its own (or a savepoint of the caller's). CREATE INDEX takes
-    a SHARE lock on ``concepts`` while it builds: cheap at a width's first write, when
-    no row of it exists yet, which is when the store calls this. An index already there
-    is seen first, without that lock.
+
+def ensure_vector_index(conn: Any, dim: int, dialect: str = "postgres") -> bool:
+    """Create width ``dim``'s HNSW index if missing; True once it exists and is valid.
+    False when none can be made here (too wide, or CockroachDB), or another hub is
+    building it right now (a later call sees it done).
+
+    ``conn`` must be autocommit and outside any transaction: CREATE INDEX CONCURRENTLY
+    takes no lock that stops writes, but cannot run in a transaction. It waits for the
+    transactions writing ``concepts`` to end, so a caller runs it after its own commit.
+    A session-level advisory lock, tried without waiting (a waiting hub's statement would
+    hold a snapshot the build itself waits for), keeps two hubs from racing; an invalid
+    index left by a failed build is dropped and built again.
     """
     if dialect == "cockroach" or not indexable(dim):
         return False
-    found = conn.execute("SELECT to_regclass(%s)", (index_name(dim),)).fetchone()
-    if found is not None and found[0] is not None:
+    if index_valid(conn, dim):
         return True
-    statement = sql.SQL(
-        "CREATE INDEX IF NOT EXISTS {name} ON concepts USING hnsw ({expr} vector_cosine_ops) "
-        "WHERE vector_dim = {dim}"
-    ).format(name=sql.Identifier(index_name(dim)), expr=_expr(dim), dim=sql.Literal(dim))
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_INDEX_LOCK_CLASS, dim))
-        conn.execute(statement)
-    return True
+    if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+        raise ValueError("a vector index is built on an idle autocommit connection")
+    name = sql.Identifier(index_name(dim))
+    locked = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_INDEX_LOCK_CLASS, dim))
+    if not locked.fetchone()[0]:
+        return False
+    try:
+        state = index_valid(conn, dim)
+        if state is False:
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
+        if not state:
+            conn.execute(
+                sql.SQL(
+                    "CREATE INDEX CONCURRENTLY {name} ON concepts "
+                    "USING hnsw ({expr} vector_cosine_ops) WHERE vector_dim = {dim}"
+                ).format(name=name, expr=_expr(dim), dim=sql.Literal(dim))
+            )
+        return bool(index_valid(conn, dim))
+    finally:
+        with contextlib.suppress(Error):  # a lost connection took its lock with it
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_INDEX_LOCK_CLASS, dim))
 
 
 def unit_query(query: npt.ArrayLike, dim: int) -> npt.NDArray[np.float32]:
@@ -337,27 +363,36 @@ class VectorLeg:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._lock = threading.Lock()
-        self._tried: set[int] = set()  # widths whose index was made (or could not be)
+        self._done: set[int] = set()  # widths whose index is valid (or cannot be made)
+        self._retry_at: dict[int, float] = {}  # a failed width's next try (monotonic)
 
     def ensure_index(self, dim: int) -> None:
-        """Width ``dim``'s index, made once per store; a failure is logged, not raised: a
-        width without its index is still searched, exactly, so no write is refused."""
-        with self._lock:
-            if dim in self._tried:
-                return
-            self._tried.add(dim)
+        """Width ``dim``'s index, until it is there and valid; a failure is logged, not
+        raised, and tried again RETRY_AFTER_S later: a width without its index is still
+        searched, exactly, so no write is refused. Call it outside any write."""
         dialect = self._db.dialect
+        with self._lock:
+            if dim in self._done or self._retry_at.get(dim, 0.0) > time.monotonic():
+                return
+            if dialect == "cockroach" or not indexable(dim):
+                self._done.add(dim)
+                log.info("no vector index for width %d here: it is searched exactly", dim)
+                return
         try:
             made = self._db.reading(lambda conn: ensure_vector_index(conn, dim, dialect))
         except StoreError as exc:
+            with self._lock:
+                self._retry_at[dim] = time.monotonic() + RETRY_AFTER_S
             log.warning(
-                "vector index for width %d not made (%s); that width is searched exactly",
+                "vector index for width %d not made (%s); searched exactly until it is",
                 dim,
                 exc.detail,
             )
             return
-        if not made:
-            log.info("no vector index for width %d here: it is searched exactly", dim)
+        if made:  # else another hub is building it: looked at again next time
+            with self._lock:
+                self._done.add(dim)
+                self._retry_at.pop(dim, None)
 
     def top_k(
         self,
