@@ -299,6 +299,10 @@ def test_a_small_session_among_a_big_one_s_neighbours_gets_its_exact_top_k(conn:
     assert len(conn.execute(vectors.search_sql(8), params).fetchall()) < 20
     got = vectors.top_k(conn, "small", 8, q, 10)
     assert [h.node_id for h in got] == [n for n, _ in exact(small_ids, far, q, 10)]
+    # with exclusions too
+    best = exact(small_ids, far, q, 11)
+    got = vectors.top_k(conn, "small", 8, q, 10, exclude_ids=[best[0][0]])
+    assert [h.node_id for h in got] == [n for n, _ in best[1:]]
     # a session with fewer vectors than k gets all of them
     assert sorted(h.node_id for h in vectors.top_k(conn, "tiny", 8, q, 10)) == tiny_ids
     # and inside a caller's transaction too

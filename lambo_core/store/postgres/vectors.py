@@ -218,11 +218,6 @@ def search_sql(
     statuses when asked for). Its expression and ``vector_dim = D`` match the index's;
     ``exact`` orders by the similarity instead, which no index can serve."""
     dim = check_dim(dim)
-    filters = []
-    if exclude_ids:
-        filters.append(sql.SQL(" AND id <> ALL(%(excluded)s)"))
-    if exclude_statuses:
-        filters.append(sql.SQL(" AND status <> ALL(%(statuses)s)"))
     distance = sql.SQL("{expr} <=> %(q)s::vector({dim})").format(
         expr=_expr(dim), dim=sql.Literal(dim)
     )
@@ -232,8 +227,28 @@ def search_sql(
         "WHERE vector_dim = {dim} AND session = %(session)s{filters} "
         "ORDER BY {order} LIMIT %(limit)s"
     ).format(
-        distance=distance, dim=sql.Literal(dim), filters=sql.SQL("").join(filters), order=order
+        distance=distance,
+        dim=sql.Literal(dim),
+        filters=_filters(exclude_ids, exclude_statuses),
+        order=order,
     )
+
+
+def count_sql(dim: int, *, exclude_ids: bool = False, exclude_statuses: bool = False) -> Any:
+    """How many rows the search can give at most, counted no further than its limit."""
+    return sql.SQL(
+        "SELECT count(*) FROM (SELECT 1 FROM concepts "
+        "WHERE vector_dim = {dim} AND session = %(session)s{filters} LIMIT %(limit)s) AS found"
+    ).format(dim=sql.Literal(check_dim(dim)), filters=_filters(exclude_ids, exclude_statuses))
+
+
+def _filters(exclude_ids: bool, exclude_statuses: bool) -> sql.Composable:
+    filters = []
+    if exclude_ids:
+        filters.append(sql.SQL(" AND id <> ALL(%(excluded)s)"))
+    if exclude_statuses:
+        filters.append(sql.SQL(" AND status <> ALL(%(statuses)s)"))
+    return sql.SQL("").join(filters)
 
 
 def _search(
@@ -262,9 +277,10 @@ def _search(
         "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
         (str(ef),),
     )
-    # how many rows the search can give at most: fewer back means the index scan gave up
-    count = (_COUNT_UP_TO, {"session": session, "dim": dim, "limit": limit})
-    rows, (available,) = _run(conn, settings, (statement, params), count)
+    # fewer rows back than the session has (to the limit) means the index scan gave up
+    rows, (available,) = _run(
+        conn, settings, (statement, params), (count_sql(dim, **exclusions), params)
+    )
     if len(rows) >= min(limit, int(available)):
         return list(rows)
     # The session is a filter on an index of every session's rows: the iterative scan
@@ -273,12 +289,6 @@ def _search(
     # the similarity, which the vector index cannot serve.
     no_index = ("SELECT set_config('enable_indexscan', 'off', true)", None)
     return list(_run(conn, no_index, (search_sql(dim, exact=True, **exclusions), params))[0])
-
-
-_COUNT_UP_TO = (
-    "SELECT count(*) FROM (SELECT 1 FROM concepts "
-    "WHERE session = %(session)s AND vector_dim = %(dim)s LIMIT %(limit)s) AS found"
-)
 
 
 def _run(conn: Any, settings: tuple[str, Any], *statements: tuple[Any, Any]) -> list[Any]:
