@@ -165,3 +165,28 @@ def test_a_vector_of_a_new_width_makes_its_index(pg_dsn: str) -> None:
         assert store.vector_count(S, DIM) == 1
     finally:
         store.close()
+
+
+def test_a_width_whose_index_build_failed_is_built_at_a_later_write(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lambo_core.store.postgres import vectors
+
+    monkeypatch.setattr(vectors, "RETRY_AFTER_S", 0.0)  # no pause before the next try
+    store = PostgresStore(pg_dsn)
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            # a table holding the index's name makes the build fail
+            conn.execute(f"CREATE TABLE concepts_hnsw_{DIM} (x int)")
+        store.ensure_session(S, T0)
+        store.stamp_contract(S, {"dim": DIM})
+        assert "not made" in caplog.text
+        assert f"concepts_hnsw_{DIM}" not in index_names(pg_dsn)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE concepts_hnsw_{DIM}")
+        write_call(store, np.random.default_rng(23), ["a"])
+        assert f"concepts_hnsw_{DIM}" in index_names(pg_dsn)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert vectors.index_valid(conn, DIM) is True
+    finally:
+        store.close()

@@ -6,6 +6,8 @@ The table here has the contract's vector columns only; the store's own table has
 from __future__ import annotations
 
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -267,3 +269,114 @@ def test_the_session_name_is_a_parameter_not_sql(conn: Any) -> None:
     insert(conn, "s", rows)
     assert vectors.top_k(conn, "s' OR '1'='1", 4, rows[0], 5) == []
     assert conn.execute("SELECT count(*) FROM concepts").fetchone()[0] == 5
+
+
+def test_a_small_session_among_a_big_one_s_neighbours_gets_its_exact_top_k(conn: Any) -> None:
+    """The index covers every session; its iterative scan stops at hnsw.max_scan_tuples
+    (20,000 by default, lowered here so a small table shows it). A small session whose
+    rows all lie behind a big session's gets its exact top k, not nothing."""
+    rng = np.random.default_rng(13)
+    q = np.zeros(8, dtype=np.float32)
+    q[0] = 1.0
+    near = q + 0.3 * rng.standard_normal((3000, 8)).astype(np.float32)
+    far = -q + 0.3 * rng.standard_normal((300, 8)).astype(np.float32)
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    far /= np.linalg.norm(far, axis=1, keepdims=True)
+    insert(conn, "big", near, prefix="b")
+    small_ids = insert(conn, "small", far, prefix="s")
+    tiny_ids = insert(conn, "tiny", far[:4], prefix="t")
+    assert vectors.ensure_vector_index(conn, 8)
+    conn.execute("SET hnsw.max_scan_tuples = 1000")
+    # at this size the planner would read the small session's rows itself; in a big
+    # table it takes the vector index, as it must here without the key or a cheap scan
+    conn.execute("ALTER TABLE concepts DROP CONSTRAINT concepts_pkey")
+    conn.execute("SET enable_seqscan = off")
+    # the index alone gives the small session too little: the case being fixed
+    conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    params = {"q": vectors.vector_text(q), "session": "small", "limit": 20}
+    explained = conn.execute(psycopg.sql.SQL("EXPLAIN ") + vectors.search_sql(8), params)
+    assert "Index Scan using concepts_hnsw_8" in str(explained.fetchall())
+    assert len(conn.execute(vectors.search_sql(8), params).fetchall()) < 20
+    got = vectors.top_k(conn, "small", 8, q, 10)
+    assert [h.node_id for h in got] == [n for n, _ in exact(small_ids, far, q, 10)]
+    # with exclusions too
+    best = exact(small_ids, far, q, 11)
+    got = vectors.top_k(conn, "small", 8, q, 10, exclude_ids=[best[0][0]])
+    assert [h.node_id for h in got] == [n for n, _ in best[1:]]
+    # a session with fewer vectors than k gets all of them
+    assert sorted(h.node_id for h in vectors.top_k(conn, "tiny", 8, q, 10)) == tiny_ids
+    # and inside a caller's transaction too
+    with conn.transaction():
+        got = vectors.top_k(conn, "small", 8, q, 10)
+    assert [h.node_id for h in got] == [n for n, _ in exact(small_ids, far, q, 10)]
+    # the big session is still served by the index, in full
+    big = vectors.top_k(conn, "big", 8, q, 10)
+    assert len(big) == 10
+
+
+def _wait_for(conn: Any, statement: str, deadline_s: float = 60.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not conn.execute(statement).fetchone()[0]:
+        assert time.monotonic() < deadline, f"never true: {statement}"
+        time.sleep(0.05)
+
+
+def _holding_a_write(pg_dsn: str, node_id: str) -> Any:
+    """A connection with an open transaction that wrote a row of ``concepts``."""
+    holder = psycopg.connect(pg_dsn)  # not autocommit: the insert's transaction stays open
+    holder.execute("INSERT INTO concepts (session, id) VALUES ('other', %s)", (node_id,))
+    return holder
+
+
+def test_an_index_build_blocks_no_write(conn: Any, pg_dsn: str) -> None:
+    """The build waits for open writes to end (CONCURRENTLY) and stops none meanwhile; a
+    plain CREATE INDEX's SHARE lock would queue every later write behind it."""
+    holder = _holding_a_write(pg_dsn, "open")
+    result: list[Any] = []
+
+    def build() -> None:
+        with psycopg.connect(pg_dsn, autocommit=True) as builder:
+            result.append(vectors.ensure_vector_index(builder, 8))
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        _wait_for(
+            conn,
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE 'CREATE INDEX CONCURRENTLY%'",
+        )
+        with psycopg.connect(pg_dsn) as writer:
+            writer.execute("SET lock_timeout = '30s'")  # a generous deadline, not a timing
+            writer.execute("INSERT INTO concepts (session, id) VALUES ('other', 'later')")
+            writer.commit()
+    finally:
+        holder.commit()
+        holder.close()
+        thread.join(timeout=120)
+    assert result == [True]
+    assert vectors.index_valid(conn, 8) is True
+
+
+def test_a_failed_build_is_dropped_and_built_again(conn: Any, pg_dsn: str) -> None:
+    holder = _holding_a_write(pg_dsn, "open")
+    try:
+        conn.execute("SET lock_timeout = '1s'")  # the build cannot outwait the holder
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            vectors.ensure_vector_index(conn, 16)
+        # a failed concurrent build leaves an invalid index behind, unused by the planner
+        assert vectors.index_valid(conn, 16) is False
+    finally:
+        holder.commit()
+        holder.close()
+    conn.execute("RESET lock_timeout")
+    assert vectors.ensure_vector_index(conn, 16)
+    assert vectors.index_valid(conn, 16) is True
+    # and the advisory lock was given back both times: another connection can build
+    with psycopg.connect(pg_dsn, autocommit=True) as other:
+        assert vectors.ensure_vector_index(other, 24)
+
+
+def test_an_index_is_built_outside_any_transaction(conn: Any) -> None:
+    with conn.transaction(), pytest.raises(ValueError, match="idle autocommit"):
+        vectors.ensure_vector_index(conn, 8)

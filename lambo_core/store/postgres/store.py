@@ -201,7 +201,7 @@ class PostgresStore:
         self._update_session(name, "embedding_contract = %s", (to_json(contract),))
         dim = contract.get("dim")
         if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
-            self._vectors.ensure_index(dim)  # before the session's first vector lands
+            self._vectors.ensure_index(dim)  # after the commit, before its first vector
 
     def mark_shared_layer(self, name: str) -> None:
         self._update_session(name, "shared_layer = true", ())
@@ -216,9 +216,10 @@ class PostgresStore:
     def apply(self, batch: WriteBatch) -> None:
         """Commit the whole batch in one transaction, or nothing (see base.py)."""
         check_batch_sessions(batch)
+        self._db.write(batch.session, lambda cur: self._apply(cur, batch))
+        # after the commit: a concurrent build waits for open writes, this one's too
         for dim in {c.vector.size for c in batch.concepts if c.vector is not None}:
             self._vectors.ensure_index(int(dim))  # once per width: a set lookup after that
-        self._db.write(batch.session, lambda cur: self._apply(cur, batch))
 
     def _apply(self, cur: Cursor, batch: WriteBatch) -> None:
         if batch.interaction is not None:

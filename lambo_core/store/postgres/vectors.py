@@ -8,7 +8,10 @@ matches a partial index's predicate at plan time) and the planner picks that ind
 session is a filter on the index scan: ``hnsw.iterative_scan = relaxed_order`` keeps the
 scan going until enough of the session's rows came out (a small session in a big table
 is otherwise starved by ``ef_search``), and the relaxed order is undone by an exact sort
-of the candidates here. Every value from a caller travels as a parameter.
+of the candidates here. The scan still gives up at ``hnsw.max_scan_tuples`` (20,000 by
+default; raising it made a miss slower, not found: see ``_search``): a session that came
+back short of its own row count is then searched exactly, a second round trip. Every
+value from a caller travels as a parameter.
 
 HNSW indexes ``vector`` up to 2000 dimensions; a wider session is searched exactly (a
 scan of its rows in the database, correct but slower), see ``indexable``.
@@ -18,7 +21,7 @@ CockroachDB (``dialect="cockroach"``, untested here): its vector index wants a t
 there and the same statement, without pgvector's settings, scans the session's rows.
 
 ``VectorLeg`` is what ``PostgresStore`` calls: the pool, errors as ``StoreError``, and
-each width's index made once, at its first vector or contract.
+each width's index built concurrently after its first vector or contract, until valid.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -51,6 +55,7 @@ EXTRA_CANDIDATES = 10  # asked beyond k: relaxed order may hand a true top-k row
 # one advisory lock key space for index creation, so two hubs creating the same
 # width's index wait for each other instead of racing on the catalog
 _INDEX_LOCK_CLASS = 0x4C18
+RETRY_AFTER_S = 30.0  # a width whose index build failed is tried again after this
 
 
 class VectorHit(NamedTuple):
@@ -96,28 +101,52 @@ def _expr(dim: int) -> sql.Composable:
     return sql.SQL("(embedding::vector({}))").format(sql.Literal(dim))
 
 
-def ensure_vector_index(conn: Any, dim: int, dialect: str = "postgres") -> bool:
-    """Create width ``dim``'s HNSW index if missing; False when none can be made here (too
-    wide, or CockroachDB).
+def index_valid(conn: Any, dim: int) -> bool | None:
+    """Width ``dim``'s index: True when it is there and valid, False when it is there but
+    invalid (what a failed concurrent build leaves), None when there is none."""
+    row = conn.execute(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (index_name(dim),)
+    ).fetchone()
+    return None if row is None else bool(row[0])
 
-    Runs in a transaction of its own (or a savepoint of the caller's). CREATE INDEX takes
-    a SHARE lock on ``concepts`` while it builds: cheap at a width's first write, when
-    no row of it exists yet, which is when the store calls this. An index already there
-    is seen first, without that lock.
+
+def ensure_vector_index(conn: Any, dim: int, dialect: str = "postgres") -> bool:
+    """Create width ``dim``'s HNSW index if missing; True once it exists and is valid.
+    False when none can be made here (too wide, or CockroachDB), or another hub is
+    building it right now (a later call sees it done).
+
+    ``conn`` must be autocommit and outside any transaction: CREATE INDEX CONCURRENTLY
+    takes no lock that stops writes, but cannot run in a transaction. It waits for the
+    transactions writing ``concepts`` to end, so a caller runs it after its own commit.
+    A session-level advisory lock, tried without waiting (a waiting hub's statement would
+    hold a snapshot the build itself waits for), keeps two hubs from racing; an invalid
+    index left by a failed build is dropped and built again.
     """
     if dialect == "cockroach" or not indexable(dim):
         return False
-    found = conn.execute("SELECT to_regclass(%s)", (index_name(dim),)).fetchone()
-    if found is not None and found[0] is not None:
+    if index_valid(conn, dim):
         return True
-    statement = sql.SQL(
-        "CREATE INDEX IF NOT EXISTS {name} ON concepts USING hnsw ({expr} vector_cosine_ops) "
-        "WHERE vector_dim = {dim}"
-    ).format(name=sql.Identifier(index_name(dim)), expr=_expr(dim), dim=sql.Literal(dim))
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_INDEX_LOCK_CLASS, dim))
-        conn.execute(statement)
-    return True
+    if not conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+        raise ValueError("a vector index is built on an idle autocommit connection")
+    name = sql.Identifier(index_name(dim))
+    locked = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_INDEX_LOCK_CLASS, dim))
+    if not locked.fetchone()[0]:
+        return False
+    try:
+        state = index_valid(conn, dim)
+        if state is False:
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
+        if not state:
+            conn.execute(
+                sql.SQL(
+                    "CREATE INDEX CONCURRENTLY {name} ON concepts "
+                    "USING hnsw ({expr} vector_cosine_ops) WHERE vector_dim = {dim}"
+                ).format(name=name, expr=_expr(dim), dim=sql.Literal(dim))
+            )
+        return bool(index_valid(conn, dim))
+    finally:
+        with contextlib.suppress(Error):  # a lost connection took its lock with it
+            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_INDEX_LOCK_CLASS, dim))
 
 
 def unit_query(query: npt.ArrayLike, dim: int) -> npt.NDArray[np.float32]:
@@ -149,7 +178,8 @@ def top_k(
     """The ``k`` concepts of ``session`` (width ``dim``) nearest ``query`` by cosine, best first.
 
     On an idle autocommit connection (the store's pool) one round trip: the transaction,
-    its two SET LOCALs and the search go out as one pipeline; inside a caller's
+    its two SET LOCALs, the search and a count go out as one pipeline (a second when the
+    index scan comes back short and the session is searched exactly); inside a caller's
     transaction, a savepoint of it. Ties are broken by node id, as ``VectorMatrix.top_k``.
     """
     dim = check_dim(dim)
@@ -181,23 +211,44 @@ def _query_param(conn: Any, q: npt.NDArray[np.float32]) -> Any:
     return q
 
 
-def search_sql(dim: int, *, exclude_ids: bool = False, exclude_statuses: bool = False) -> Any:
+def search_sql(
+    dim: int, *, exclude_ids: bool = False, exclude_statuses: bool = False, exact: bool = False
+) -> Any:
     """The search statement for width ``dim``; parameters q, session, limit (and excluded,
-    statuses when asked for). Its expression and ``vector_dim = D`` match the index's."""
+    statuses when asked for). Its expression and ``vector_dim = D`` match the index's;
+    ``exact`` orders by the similarity instead, which no index can serve."""
     dim = check_dim(dim)
+    distance = sql.SQL("{expr} <=> %(q)s::vector({dim})").format(
+        expr=_expr(dim), dim=sql.Literal(dim)
+    )
+    order = sql.SQL("2 DESC") if exact else distance
+    return sql.SQL(
+        "SELECT id, 1 - ({distance}) FROM concepts "
+        "WHERE vector_dim = {dim} AND session = %(session)s{filters} "
+        "ORDER BY {order} LIMIT %(limit)s"
+    ).format(
+        distance=distance,
+        dim=sql.Literal(dim),
+        filters=_filters(exclude_ids, exclude_statuses),
+        order=order,
+    )
+
+
+def count_sql(dim: int, *, exclude_ids: bool = False, exclude_statuses: bool = False) -> Any:
+    """How many rows the search can give at most, counted no further than its limit."""
+    return sql.SQL(
+        "SELECT count(*) FROM (SELECT 1 FROM concepts "
+        "WHERE vector_dim = {dim} AND session = %(session)s{filters} LIMIT %(limit)s) AS found"
+    ).format(dim=sql.Literal(check_dim(dim)), filters=_filters(exclude_ids, exclude_statuses))
+
+
+def _filters(exclude_ids: bool, exclude_statuses: bool) -> sql.Composable:
     filters = []
     if exclude_ids:
         filters.append(sql.SQL(" AND id <> ALL(%(excluded)s)"))
     if exclude_statuses:
         filters.append(sql.SQL(" AND status <> ALL(%(statuses)s)"))
-    distance = sql.SQL("{expr} <=> %(q)s::vector({dim})").format(
-        expr=_expr(dim), dim=sql.Literal(dim)
-    )
-    return sql.SQL(
-        "SELECT id, 1 - ({distance}) FROM concepts "
-        "WHERE vector_dim = {dim} AND session = %(session)s{filters} "
-        "ORDER BY {distance} LIMIT %(limit)s"
-    ).format(distance=distance, dim=sql.Literal(dim), filters=sql.SQL("").join(filters))
+    return sql.SQL("").join(filters)
 
 
 def _search(
@@ -216,31 +267,53 @@ def _search(
         params["excluded"] = list(excluded)
     if statuses:
         params["statuses"] = list(statuses)
-    statement = search_sql(dim, exclude_ids=bool(excluded), exclude_statuses=bool(statuses))
-    if dialect == "cockroach":  # no pgvector settings there
+    exclusions = {"exclude_ids": bool(excluded), "exclude_statuses": bool(statuses)}
+    statement = search_sql(dim, **exclusions)
+    if dialect == "cockroach":  # no pgvector settings there, no index: already exact
         return list(conn.execute(statement, params).fetchall())
     # SET LOCAL, as set_config(..., true): the settings end with the transaction
     settings = (
         "SELECT set_config('hnsw.ef_search', %s, true), "
-        "set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        (str(ef),),
     )
+    # fewer rows back than the session has (to the limit) means the index scan gave up
+    rows, (available,) = _run(
+        conn, settings, (statement, params), (count_sql(dim, **exclusions), params)
+    )
+    if len(rows) >= min(limit, int(available)):
+        return list(rows)
+    # The session is a filter on an index of every session's rows: the iterative scan
+    # stops at hnsw.max_scan_tuples, so a small session among a big one's neighbours
+    # comes back short (or empty). Its rows, scanned exactly, are the answer: ordered by
+    # the similarity, which the vector index cannot serve.
+    no_index = ("SELECT set_config('enable_indexscan', 'off', true)", None)
+    return list(_run(conn, no_index, (search_sql(dim, exact=True, **exclusions), params))[0])
+
+
+def _run(conn: Any, settings: tuple[str, Any], *statements: tuple[Any, Any]) -> list[Any]:
+    """``statements`` after ``settings`` in one transaction: the rows of the first, the
+    first row of each other. On an idle autocommit connection one round trip; inside a
+    caller's transaction, a savepoint of it."""
     if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
-        return _one_trip(conn, (settings, (str(ef),)), (statement, params))
-    with conn.transaction():  # inside a caller's transaction: a savepoint of it
-        conn.execute(settings, (str(ef),))
-        return list(conn.execute(statement, params).fetchall())
+        cursors = _one_trip(conn, settings, statements)
+    else:
+        with conn.transaction():
+            conn.execute(*settings)
+            cursors = [conn.execute(*statement) for statement in statements]
+    return [list(cursors[0].fetchall()), *(cur.fetchone() for cur in cursors[1:])]
 
 
-def _one_trip(conn: Any, settings: tuple[str, Any], search: tuple[Any, Any]) -> list[Any]:
-    """BEGIN, the settings, the search and COMMIT sent as one pipeline: one round trip
+def _one_trip(conn: Any, settings: tuple[str, Any], statements: Sequence[Any]) -> list[Any]:
+    """BEGIN, the settings, the statements and COMMIT sent as one pipeline: one round trip
     (a ``transaction()`` block waits for its BEGIN, and each statement, apart)."""
     try:
         with conn.pipeline():
             conn.execute("BEGIN")
             conn.execute(*settings)
-            cur = conn.execute(*search)
+            cursors = [conn.execute(*statement) for statement in statements]
             conn.execute("COMMIT")
-        return list(cur.fetchall())
+        return cursors
     except BaseException:
         # a failed statement skips the COMMIT: leave the connection idle, as found
         if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
@@ -300,27 +373,36 @@ class VectorLeg:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._lock = threading.Lock()
-        self._tried: set[int] = set()  # widths whose index was made (or could not be)
+        self._done: set[int] = set()  # widths whose index is valid (or cannot be made)
+        self._retry_at: dict[int, float] = {}  # a failed width's next try (monotonic)
 
     def ensure_index(self, dim: int) -> None:
-        """Width ``dim``'s index, made once per store; a failure is logged, not raised: a
-        width without its index is still searched, exactly, so no write is refused."""
-        with self._lock:
-            if dim in self._tried:
-                return
-            self._tried.add(dim)
+        """Width ``dim``'s index, until it is there and valid; a failure is logged, not
+        raised, and tried again RETRY_AFTER_S later: a width without its index is still
+        searched, exactly, so no write is refused. Call it outside any write."""
         dialect = self._db.dialect
+        with self._lock:
+            if dim in self._done or self._retry_at.get(dim, 0.0) > time.monotonic():
+                return
+            if dialect == "cockroach" or not indexable(dim):
+                self._done.add(dim)
+                log.info("no vector index for width %d here: it is searched exactly", dim)
+                return
         try:
             made = self._db.reading(lambda conn: ensure_vector_index(conn, dim, dialect))
         except StoreError as exc:
+            with self._lock:
+                self._retry_at[dim] = time.monotonic() + RETRY_AFTER_S
             log.warning(
-                "vector index for width %d not made (%s); that width is searched exactly",
+                "vector index for width %d not made (%s); searched exactly until it is",
                 dim,
                 exc.detail,
             )
             return
-        if not made:
-            log.info("no vector index for width %d here: it is searched exactly", dim)
+        if made:  # else another hub is building it: looked at again next time
+            with self._lock:
+                self._done.add(dim)
+                self._retry_at.pop(dim, None)
 
     def top_k(
         self,
