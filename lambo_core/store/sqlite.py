@@ -37,11 +37,13 @@ from .base import EDGE_WEIGHT_CAP, Fence, IntentNotPending
 from .rows import WRITE_REFUSED, batch_time, check_batch_sessions, refused, settled_state, to_json
 from .sqlite_connection import BUSY_TIMEOUT_MS, Connections
 from .sqlite_rows import (
+    CANON_EVENT_COLUMNS,
     CONCEPT_COLUMNS,
     EDGE_COLUMNS,
     INTENT_COLUMNS,
     LEASE_COLUMNS,
     SESSION_COLUMNS,
+    canon_event_from,
     concept_from,
     concept_row,
     edge_from,
@@ -392,21 +394,11 @@ class SqliteStore:
 
     def canon_events(self, session: str) -> list[CanonizationEvent]:
         rows = self._db.read(
-            "SELECT session, node_id, from_status, to_status, blast_radius, occurred_at "
-            "FROM canonization_events WHERE session = ? ORDER BY occurred_at, id",
+            f"SELECT {CANON_EVENT_COLUMNS} FROM canonization_events WHERE session = ? "
+            "ORDER BY occurred_at, id",
             (session,),
         )
-        return [
-            CanonizationEvent(
-                session=row[0],
-                node_id=row[1],
-                from_status=Status(row[2]),
-                to_status=Status(row[3]),
-                blast_radius=row[4],
-                occurred_at=row[5],
-            )
-            for row in rows
-        ]
+        return [canon_event_from(row) for row in rows]
 
     # -- leases ------------------------------------------------------------------
 

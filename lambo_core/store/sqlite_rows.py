@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from ..model import (
+    CanonizationEvent,
     Concept,
     ConceptType,
     Edge,
@@ -34,6 +35,7 @@ EDGE_COLUMNS = (
 INTENT_COLUMNS = (
     "receipt_id, session, agent_id, tool, payload, created_at, seq, state, settled_at, outcome, via"
 )
+CANON_EVENT_COLUMNS = "session, node_id, from_status, to_status, blast_radius, occurred_at"
 LEASE_COLUMNS = "session, holder, pid, agent, acquired_at, heartbeat_at, expires_at, token, socket"
 SESSION_COLUMNS = (
     "name, created_at, embedding_contract, last_gc_at, last_gc_epoch, mutation_count, shared_layer"
@@ -139,4 +141,15 @@ def lease_from(row: tuple[Any, ...]) -> Lease:
         expires_at=row[6],
         token=row[7],
         socket=row[8],
+    )
+
+
+def canon_event_from(row: tuple[Any, ...]) -> CanonizationEvent:
+    return CanonizationEvent(
+        session=row[0],
+        node_id=row[1],
+        from_status=Status(row[2]),
+        to_status=Status(row[3]),
+        blast_radius=row[4],
+        occurred_at=row[5],
     )

@@ -38,9 +38,11 @@ from ...model import (
 from ..base import EDGE_WEIGHT_CAP, Fence, IntentNotPending
 from ..rows import WRITE_REFUSED, batch_time, check_batch_sessions, refused, settled_state, to_json
 from ..sqlite_rows import (
+    CANON_EVENT_COLUMNS,
     EDGE_COLUMNS,
     INTENT_COLUMNS,
     SESSION_COLUMNS,
+    canon_event_from,
     concept_from,
     edge_from,
     intent_from,
@@ -494,21 +496,11 @@ class PostgresStore:
 
     def canon_events(self, session: str) -> list[CanonizationEvent]:
         rows = self._db.read(
-            "SELECT session, node_id, from_status, to_status, blast_radius, occurred_at "
-            "FROM canon_events WHERE session = %s ORDER BY occurred_at, id",
+            f"SELECT {CANON_EVENT_COLUMNS} FROM canon_events WHERE session = %s "
+            "ORDER BY occurred_at, id",
             (session,),
         )
-        return [
-            CanonizationEvent(
-                session=row[0],
-                node_id=row[1],
-                from_status=Status(row[2]),
-                to_status=Status(row[3]),
-                blast_radius=row[4],
-                occurred_at=row[5],
-            )
-            for row in rows
-        ]
+        return [canon_event_from(row) for row in rows]
 
     # -- leases ------------------------------------------------------------------
 
