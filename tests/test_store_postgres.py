@@ -455,6 +455,32 @@ def test_a_dsn_of_another_scheme_is_refused_unechoed(bad: str, tmp_path: Path) -
     assert "store.dsn" in from_file.value.message and SECRET not in from_file.value.render()
 
 
+@pytest.mark.parametrize(
+    "unread",
+    [
+        f"host=h password='{SECRET} dbname=x",  # a quote never closed
+        f"host=h password={SECRET} cr3tpart",  # a space outside quotes
+        f"host=h password=ab {SECRET}",
+    ],
+)
+def test_a_dsn_libpq_cannot_read_is_refused_and_masked_from_its_password_on(
+    unread: str, tmp_path: Path
+) -> None:
+    assert SECRET not in mask_dsn(unread) and "cr3tpart" not in mask_dsn(unread)
+    env = {"LAMBO_HOME": str(tmp_path), "LAMBO_STORE": "postgres", "LAMBO_POSTGRES_DSN": unread}
+    with pytest.raises(ConfigError) as refused:
+        load_config(env=env, cwd=tmp_path)
+    message = refused.value.render()
+    assert "store.dsn (env LAMBO_POSTGRES_DSN)" in message and "libpq can read" in message
+    assert SECRET not in message
+
+
+def test_a_percent_encoded_password_key_in_a_uri_is_masked() -> None:
+    # libpq decodes query keys: passw%6Frd is password
+    masked = mask_dsn(f"postgresql://h/db?sslmode=require&passw%6Frd={SECRET}")
+    assert masked == "postgresql://h/db?sslmode=require&passw%6Frd=***"
+
+
 def test_a_store_whose_concept_ids_repeat_is_refused_migration_3(pg_dsn: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         schema.migrate(conn, "postgres", upto=2)  # a store written before ids were unique

@@ -91,6 +91,11 @@ def dsn_problem(text: str) -> str | None:
     is refused here rather than read as a path or handed to libpq, which echoes it."""
     if not looks_like_dsn(text):
         return RULE
+    if not _libpq_reads(text):
+        return (
+            "is not a DSN libpq can read (an unclosed quote, a value with a space not in "
+            "quotes, a key it does not know) (the value is not shown: it may hold a password)"
+        )
     if _URI.match(text):
         ports = _parse(text).get("port", "")
         if any(not port.isdigit() for port in ports.split(",") if port):
@@ -161,6 +166,33 @@ def _parse_uri(dsn: str) -> dict[str, str]:
     return out
 
 
+def _libpq_reads(dsn: str) -> bool:
+    """Whether libpq's own parser takes ``dsn`` (True where psycopg is not importable)."""
+    try:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # pragma: no cover - config code without psycopg installed
+        return True
+    try:
+        conninfo_to_dict(dsn.strip())
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _mask_query(rest: str) -> str:
+    """A URI's ``?key=value&…`` with the value of every password key masked, keys read
+    percent-decoded as libpq reads them (``passw%6Frd`` is ``password``)."""
+    head, mark, query = rest.partition("?")
+    if not mark:
+        return rest
+    pairs = []
+    for pair in query.split("&"):
+        key, eq, _ = pair.partition("=")
+        pairs.append(f"{key}={MASK}" if eq and unquote(key).lower() in _SECRET_KEYS else pair)
+    return f"{head}?{'&'.join(pairs)}"
+
+
 def _parse(dsn: str) -> dict[str, str]:
     """The DSN's connection parameters: libpq's parser through psycopg when importable."""
     try:
@@ -189,7 +221,21 @@ def mask_userinfo(text: str) -> str:
 
 
 def mask_dsn(dsn: str) -> str:
-    """The DSN with every password replaced by ``***`` (URI and key=value forms)."""
+    """The DSN with every password replaced by ``***`` (URI and key=value forms); a DSN
+    libpq cannot read is masked from its first password key on, and whatever password
+    libpq would take from it never survives in the text."""
+    masked = _mask_forms(dsn)
+    if not _URI.match(dsn) and not _libpq_reads(dsn):  # a URI's parts are masked one by one
+        key = re.search(r"(?:ssl)?passw(?:o|%6f)rd", masked, flags=re.I)
+        if key is not None:
+            masked = masked[: key.end()] + "=" + MASK
+    password = dsn_password(dsn)
+    if password and len(password) >= 3 and password in masked:
+        masked = masked.replace(password, MASK)
+    return masked
+
+
+def _mask_forms(dsn: str) -> str:
     if _URI.match(dsn):
         head, sep, rest = dsn.partition("://")
         end = _userinfo_end(rest)
@@ -197,9 +243,7 @@ def mask_dsn(dsn: str) -> str:
             user, colon, password = rest[:end].partition(":")
             if colon and password:
                 rest = f"{user}:{MASK}{rest[end:]}"
-        rest = re.sub(
-            r"([?&](?:ssl)?password=)[^&]*", lambda m: m.group(1) + MASK, rest, flags=re.I
-        )
+        rest = _mask_query(rest)
         # a '/' in a password ends libpq's userinfo early: mask up to the '@' all the same
         return mask_userinfo(f"{head}{sep}{rest}")
     out, last = [], 0
