@@ -377,6 +377,31 @@ def test_a_failed_build_is_dropped_and_built_again(conn: Any, pg_dsn: str) -> No
         assert vectors.ensure_vector_index(other, 24)
 
 
+def test_a_build_waits_for_an_old_transaction_only_so_long(conn: Any, pg_dsn: str) -> None:
+    """Another client's open transaction (not lambo's: no idle timeout ends it) holds a
+    concurrent build; the write that asked for the index is not held with it for ever."""
+    holder = _holding_a_write(pg_dsn, "open")
+    outcome: list[BaseException | bool] = []
+
+    def build() -> None:
+        try:
+            outcome.append(vectors.ensure_vector_index(conn, 12))
+        except BaseException as exc:  # the refusal is what this test waits for
+            outcome.append(exc)
+
+    builder = threading.Thread(target=build, daemon=True)
+    try:
+        builder.start()
+        builder.join(30.0)  # a deadline, not a timing: the bound is 2 s
+        assert outcome, "the build still waits on the other client's transaction"
+        assert isinstance(outcome[0], psycopg.errors.LockNotAvailable)
+    finally:
+        holder.commit()
+        holder.close()
+    assert conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0] == "0"
+    assert vectors.ensure_vector_index(conn, 12)  # the old transaction gone: built
+
+
 def test_an_index_is_built_outside_any_transaction(conn: Any) -> None:
     with conn.transaction(), pytest.raises(ValueError, match="idle autocommit"):
         vectors.ensure_vector_index(conn, 8)

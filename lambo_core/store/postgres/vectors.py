@@ -56,6 +56,10 @@ EXTRA_CANDIDATES = 10  # asked beyond k: relaxed order may hand a true top-k row
 # width's index wait for each other instead of racing on the catalog
 _INDEX_LOCK_CLASS = 0x4C18
 RETRY_AFTER_S = 30.0  # a width whose index build failed is tried again after this
+# A concurrent build waits for every older transaction on the table, anyone's (a pg_dump,
+# a report): the write that asked for the index waits with it, so the wait is bounded and
+# the build is tried again RETRY_AFTER_S later (the width is searched exactly meanwhile).
+INDEX_LOCK_TIMEOUT = "2s"
 
 
 class VectorHit(NamedTuple):
@@ -137,16 +141,31 @@ def ensure_vector_index(conn: Any, dim: int, dialect: str = "postgres") -> bool:
         if state is False:
             conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(name))
         if not state:
-            conn.execute(
-                sql.SQL(
-                    "CREATE INDEX CONCURRENTLY {name} ON concepts "
-                    "USING hnsw ({expr} vector_cosine_ops) WHERE vector_dim = {dim}"
-                ).format(name=name, expr=_expr(dim), dim=sql.Literal(dim))
-            )
+            _build(conn, dim, name)
         return bool(index_valid(conn, dim))
     finally:
         with contextlib.suppress(Error):  # a lost connection took its lock with it
             conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_INDEX_LOCK_CLASS, dim))
+
+
+def _build(conn: Any, dim: int, name: sql.Identifier) -> None:
+    """CREATE INDEX CONCURRENTLY, its waits bounded by INDEX_LOCK_TIMEOUT unless the
+    caller set a lock_timeout of its own."""
+    row = conn.execute("SELECT current_setting('lock_timeout')").fetchone()
+    bounded = row is not None and row[0] in ("0", "")
+    if bounded:
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (INDEX_LOCK_TIMEOUT,))
+    try:
+        conn.execute(
+            sql.SQL(
+                "CREATE INDEX CONCURRENTLY {name} ON concepts "
+                "USING hnsw ({expr} vector_cosine_ops) WHERE vector_dim = {dim}"
+            ).format(name=name, expr=_expr(dim), dim=sql.Literal(dim))
+        )
+    finally:
+        if bounded:
+            with contextlib.suppress(Error):  # a lost connection took its setting with it
+                conn.execute("SELECT set_config('lock_timeout', '0', false)")
 
 
 def unit_query(query: npt.ArrayLike, dim: int) -> npt.NDArray[np.float32]:
