@@ -203,6 +203,19 @@ def copy_build(conn: Any, store: Store, n: int, dim: int, maintenance_mem: str) 
         "UPDATE sessions SET mutation_count = %s WHERE name = %s",
         (counts["concepts"] + counts["edges"], SESSION),
     )
+    # the keyword leg's bm25 statistics, which store.apply keeps and COPY does not (each
+    # text's tokens are its words, checked above, so its positions count its tokens)
+    conn.execute(
+        "UPDATE concepts SET kw_length = (SELECT COALESCE(sum(array_length(positions, 1)), 0) "
+        "FROM unnest(tsv)) WHERE session = %s",
+        (SESSION,),
+    )
+    conn.execute(
+        "UPDATE sessions SET kw_docs = (SELECT count(*) FROM concepts WHERE session = %(s)s), "
+        "kw_length = (SELECT COALESCE(sum(kw_length), 0) FROM concepts WHERE session = %(s)s) "
+        "WHERE name = %(s)s",
+        {"s": SESSION},
+    )
     load_s = time.perf_counter() - t0
     conn.execute("VACUUM ANALYZE concepts")
     conn.execute("VACUUM ANALYZE edges")
