@@ -88,7 +88,8 @@ def set_string(path: Path, section: str, key: str, value: str) -> Written:
     """Set ``[section] key = value`` in the TOML file at ``path`` (made if missing)."""
     created = not path.exists()
     try:
-        text = "" if created else path.read_text(encoding="utf-8")
+        # bytes, not read_text: universal newlines would turn a CRLF file into LF
+        text = "" if created else path.read_bytes().decode("utf-8")
         data: dict[str, Any] = tomllib.loads(text)
     except (OSError, UnicodeDecodeError):
         raise ConfigError(f"{path} could not be read") from None
