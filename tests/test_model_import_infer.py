@@ -159,7 +159,8 @@ def test_cli_prints_each_inference_and_progress_on_stderr(tmp_path: Path, lambo_
         "mini: imported (384-d, int8-weight-only, pooling mean, output last_hidden_state); "
         "make it the default with `lambo model use mini`"
     )
-    # not a terminal: a plain line per 10%, then the load and probe
+    # not a terminal: the graph read, a plain line per 10% of the copy, then the load and probe
+    assert err.splitlines()[0] == "reading model.onnx (22.9 MB): its graph and outputs…"
     assert [line for line in err.splitlines() if line.startswith("copying model.onnx:")][-1] == (
         "copying model.onnx: 100% (22.9 MB of 22.9 MB)"
     )

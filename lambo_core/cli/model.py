@@ -109,6 +109,7 @@ def import_cmd(
             model_file=model_file,
             tokenizer_file=tokenizer_file,
             max_length=max_length,
+            stream=sys.stderr,
         )
     else:
         if name is None:
@@ -121,6 +122,7 @@ def import_cmd(
             model_file=model_file,
             tokenizer_file=tokenizer_file,
             max_length=max_length,
+            stream=sys.stderr,
         )
     click.echo(f"{plan.name}: from {plan.source.where}")
     for item in plan.inferred:

@@ -29,7 +29,7 @@ from .installed import check_name
 from .manifest import FileRecord, ModelManifest, plain_name
 from .onnx import OnnxEmbedder
 from .packages import KnownPackage, check_package_name, locate_package
-from .progress import Progress
+from .progress import Progress, human_size
 
 _POOLED_OUTPUTS = ("dense_vecs", "sentence_embedding", "sentence_embeddings", "embeddings")
 _TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
@@ -134,9 +134,16 @@ def _check_arguments(name: str, pooling: str | None, merge_threshold: float | No
         raise ParameterError("merge_threshold must be in (0, 1]")
 
 
-def _open_source(root: Path, model_path: Path, tokenizer_path: Path, where: str) -> _Source:
+def _open_source(
+    root: Path, model_path: Path, tokenizer_path: Path, where: str, stream: IO[str] | None
+) -> _Source:
     """The tokenizer and the graph's scan, each checked, and its external weights found."""
     from tokenizers import Tokenizer
+
+    size = model_path.stat().st_size
+    if stream is not None and size >= BIG_FILE:  # the scan and the load below take a while
+        stream.write(f"reading {model_path.name} ({human_size(size)}): its graph and outputs…\n")
+        stream.flush()
 
     data = read_json(tokenizer_path)
     tokenizer_json = data if isinstance(data, dict) else {}
@@ -162,14 +169,17 @@ def _open_source(root: Path, model_path: Path, tokenizer_path: Path, where: str)
 
 
 def _read_source(
-    src_dir: Path | str, model_file: str | None, tokenizer_file: str | None = None
+    src_dir: Path | str,
+    model_file: str | None,
+    tokenizer_file: str | None = None,
+    stream: IO[str] | None = None,
 ) -> _Source:
     src = Path(src_dir).expanduser()
     if not src.is_dir():
         raise ConfigError(f"{show_safely(str(src_dir))} is not a directory")
     model_path = _find_model_file(src, model_file)
     tokenizer_path = _find_tokenizer(src, model_path, tokenizer_file)
-    return _open_source(src, model_path, tokenizer_path, "the directory given")
+    return _open_source(src, model_path, tokenizer_path, "the directory given", stream)
 
 
 def _choose_output(outputs: dict[str, Any], output: str | None) -> str | int:
@@ -313,7 +323,7 @@ def _plan(
         threshold = CATALOG[name].merge_threshold if name in CATALOG else None
     if threshold is not None:
         where = (
-            "--merge-threshold"
+            "the merge threshold given"
             if merge_threshold is not None
             else f"the catalog's calibration of {known.catalog.name if known else name}"
         )
@@ -343,6 +353,7 @@ def plan_import(
     tokenizer_file: str | None = None,
     max_length: int | None = None,
     merge_threshold: float | None = None,
+    stream: IO[str] | None = None,
 ) -> ImportPlan:
     """Read a local Hugging-Face-style ONNX directory and decide every manifest field.
 
@@ -352,7 +363,7 @@ def plan_import(
     naming the flag that supplies it.
     """
     _check_arguments(name, pooling, merge_threshold)
-    source = _read_source(src_dir, model_file, tokenizer_file)
+    source = _read_source(src_dir, model_file, tokenizer_file, stream)
     origin = {"kind": "import", "model_file": str(source.model_path.relative_to(source.root))}
     return _plan(
         source,
@@ -375,15 +386,15 @@ def plan_package_import(
     tokenizer_file: str | None = None,
     max_length: int | None = None,
     merge_threshold: float | None = None,
+    stream: IO[str] | None = None,
 ) -> ImportPlan:
     """The model an installed distribution ships (``packages.py``), planned like a directory."""
     files = locate_package(package, model_file, tokenizer_file)
     if name is None:
         name = files.known.name if files.known is not None else check_package_name(package)
     _check_arguments(name, pooling, merge_threshold)
-    source = _open_source(
-        files.root, files.model, files.tokenizer, f"package {check_package_name(package)}"
-    )
+    where = f"package {check_package_name(package)}"
+    source = _open_source(files.root, files.model, files.tokenizer, where, stream)
     return _plan(
         source,
         name,

@@ -71,6 +71,7 @@ def test_package_import_use_verify_then_serve_recalls_by_meaning(lambo_home: Pat
     assert "  dim: 384 (from the graph's output shape)" in lines
     assert lines[-1].endswith("; make it the default with `lambo model use minilm`")
     # progress on the long steps, on stderr
+    assert "reading model.onnx (22.9 MB): its graph and outputs…" in out.stderr
     assert "copying model.onnx: 100% (22.9 MB of 22.9 MB)" in out.stderr
     assert "loading minilm and embedding a probe text…" in out.stderr
     assert "loaded and probed in " in out.stderr
