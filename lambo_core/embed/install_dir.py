@@ -13,7 +13,7 @@ import hashlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import ConflictError
@@ -33,7 +33,10 @@ def file_hashes(path: Path, size: int) -> tuple[str, str]:
     return sha256.hexdigest(), sha1.hexdigest()
 
 
-def copy_hashing(src: Path, dest: Path) -> FileRecord:
+def copy_hashing(
+    src: Path, dest: Path, progress: Callable[[int], None] | None = None
+) -> FileRecord:
+    """Copy ``src`` to ``dest`` and hash it in one pass; ``progress`` gets the bytes done."""
     sha256 = hashlib.sha256()
     size = 0
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -42,6 +45,8 @@ def copy_hashing(src: Path, dest: Path) -> FileRecord:
             sha256.update(chunk)
             fout.write(chunk)
             size += len(chunk)
+            if progress is not None:
+                progress(size)
     return FileRecord(size, sha256.hexdigest())
 
 

