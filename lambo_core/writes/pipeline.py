@@ -20,6 +20,7 @@ from ..admission import NOTHING_WRITTEN, Admitted, admit_action, admit_derive
 from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
 from ..cross_refs import CrossSession
 from ..errors import LamboError, StoreError, internal_fault
+from ..forget import FORGET_TOOL
 from ..health import StoreHealth
 from ..model import IntentState, WriteBatch, WriteIntent
 from ..rates import WriteRates
@@ -29,6 +30,7 @@ from ..session import Session
 from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .builder import plan_write
 from .embedding import WriteEmbedding
+from .forget import admit_forget, apply_forget
 from .faults import KEPT_FOR_REPLAY, STORE_REFUSED_WRITE, HandedOn, NotPending, TransientFailure
 from .layer_writes import ack_warnings
 from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
@@ -293,6 +295,8 @@ class WritePipeline:
             )
         if tool == "lambo_record_action":
             return admit_action(args, session=session.name, graph=graph, layer=layer, cross=cross)
+        if tool == FORGET_TOOL:  # an admin write: ordered with the others (writes/forget.py)
+            return admit_forget(args, graph)
         raise ValueError(f"not a write tool: {tool}")  # pragma: no cover - service routes
 
     # -- the lease -------------------------------------------------------------------------
@@ -396,6 +400,9 @@ class WritePipeline:
         return self._write_behind.lag_ms()
 
     def _apply_one(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
+        if intent.tool == FORGET_TOOL:
+            self._apply_forget(intent)
+            return
         session = self.session
         replay = bool(intent.payload.get("_replay"))
         payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
@@ -459,6 +466,49 @@ class WritePipeline:
             )
         log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
         session.receipts.settle(
+            intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
+        )
+
+    def _apply_forget(self, intent: WriteIntent) -> None:
+        """A forget intent (``writes/forget.py``): the store settles it in its transaction;
+        failures are handled as a write's are."""
+        replay = bool(intent.payload.get("_replay"))
+        if replay and self._settled_elsewhere(intent):
+            return
+        try:
+            try:
+                outcome = apply_forget(self.session, intent)
+            except IntentNotPending:
+                if replay and self._settled_elsewhere(intent):
+                    return
+                raise TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending") from None
+            except (FencedOut, LamboError) as exc:
+                if isinstance(exc, StoreError) and not isinstance(exc, FencedOut):
+                    self.health.refused("a forget", exc.detail or exc.message)
+                    raise TransientFailure(STORE_REFUSED_WRITE) from None
+                raise
+            self.health.wrote()
+        except FencedOut as exc:
+            self._lease_lost(exc)
+            self._handed_on = intent
+            return
+        except TransientFailure as exc:
+            self._fail(intent, exc, keep_intent=True, replay=replay)
+            return
+        except LamboError as exc:
+            self._fail(intent, exc, keep_intent=False, replay=replay)
+            return
+        except Exception as exc:  # a fault: the forget failed, the worker lives on
+            log.exception("applying forget %s failed", intent.receipt_id)
+            self._fail(intent, internal_fault(repr(exc)), keep_intent=False, replay=replay)
+            return
+        with self._lock:
+            if replay:
+                self.replayed += 1
+                self.replay_owed -= 1
+            else:
+                self.applied += 1
+        self.session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
 
