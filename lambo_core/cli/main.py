@@ -14,6 +14,7 @@ import click
 
 from ..log_limits import install_stderr_queue
 from ..version import __version__
+from .backup import backup_cmd
 from .canon import canon_group, session_group
 from .common import Context
 from .config import config_group
@@ -53,6 +54,7 @@ for _command in (
     serve,
     *TOOL_COMMANDS,
     forget_cmd,
+    backup_cmd,
     demo_cmd,
     setup_cmd,
     model_group,
