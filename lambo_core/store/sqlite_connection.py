@@ -123,6 +123,8 @@ class Connections:
         """
         with self._write_lock:
             conn = self.write_conn
+            # this build's own default (Debian's SQLite zeroes already) comes back after
+            previous = conn.execute("PRAGMA secure_delete").fetchone()[0] if secure_delete else 0
             if secure_delete:
                 conn.execute("PRAGMA secure_delete = ON")
             try:
@@ -142,7 +144,7 @@ class Connections:
             finally:
                 if secure_delete:
                     with suppress(sqlite3.Error):
-                        conn.execute("PRAGMA secure_delete = OFF")
+                        conn.execute(f"PRAGMA secure_delete = {int(previous)}")
 
     def checkpoint(self) -> tuple[int, int, int]:
         """``PRAGMA wal_checkpoint(TRUNCATE)`` on the write connection: (busy, WAL frames,
