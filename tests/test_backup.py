@@ -68,7 +68,9 @@ def test_the_copy_is_the_snapshot_it_began_with_while_a_writer_commits(
             threading.Event().wait(0.01)
         with sqlite3.connect(store_file) as look:
             counted.append(look.execute("SELECT count(*) FROM concepts").fetchone()[0])
-        report = backup_sqlite(store_file, tmp_path / "copy.db", progress=progress, pages_per_step=8)
+        report = backup_sqlite(
+            store_file, tmp_path / "copy.db", progress=progress, pages_per_step=8
+        )
         with sqlite3.connect(store_file) as look:
             counted.append(look.execute("SELECT count(*) FROM concepts").fetchone()[0])
     finally:
@@ -101,7 +103,7 @@ def test_refusals_leave_path_alone(store_file: Path, tmp_path: Path) -> None:
         backup_sqlite(store_file, store_file.parent / ".." / "store" / "lambo.db-wal", force=True)
     with pytest.raises(ParameterError, match="is a directory"):
         backup_sqlite(store_file, tmp_path)
-    with pytest.raises(ParameterError, match="directory .* does not exist"):
+    with pytest.raises(ParameterError, match=r"directory .* does not exist"):
         backup_sqlite(store_file, tmp_path / "no" / "x.db")
     with pytest.raises(ConflictError, match="does not exist yet; there is nothing to back up"):
         backup_sqlite(tmp_path / "none.db", tmp_path / "x.db")

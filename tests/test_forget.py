@@ -127,7 +127,7 @@ def test_forget_removes_the_concept_its_edges_and_recall_stops_finding_it(world:
     shown = world.recall("staging api key")
     assert "sk-live" not in shown and cites[:8] in shown
     graph = world.service.session.index.graph
-    assert graph.concept(secret) is None and not graph.edges_in(cites) == [secret]
+    assert graph.concept(secret) is None
     assert all(secret not in (e.src, e.dst) for e in graph.iter_edges())
     keywords = world.store.keyword_index(S).search(TOKEN, 10)
     assert secret not in [node_id for node_id, _ in keywords]

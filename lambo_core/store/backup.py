@@ -95,9 +95,9 @@ def backup_sqlite(
         os.replace(temp, target)
         _sync_dir(target.parent)
     except BaseException:
-        for leftover in (temp, temp.with_name(temp.name + "-journal")):
+        for stale in (temp, temp.with_name(temp.name + "-journal")):
             with suppress(OSError):
-                leftover.unlink()
+                stale.unlink()
         raise
     sessions, concepts, edges = counts
     return BackupReport(

@@ -307,7 +307,9 @@ class MemoryStore:
                         WRITE_REFUSED, detail="the forget's intent is not pending in this session"
                     )
             doomed = {node_id for node_id in request.node_ids if node_id in state.concepts}
-            kept = {k: e for k, e in state.edges.items() if e.src not in doomed and e.dst not in doomed}
+            kept = {
+                k: e for k, e in state.edges.items() if e.src not in doomed and e.dst not in doomed
+            }
             edges = len(state.edges) - len(kept)
             state.edges = kept
             for node_id in doomed:

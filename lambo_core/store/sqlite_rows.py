@@ -153,4 +153,3 @@ def canon_event_from(row: tuple[Any, ...]) -> CanonizationEvent:
         blast_radius=row[4],
         occurred_at=row[5],
     )
-

@@ -12,17 +12,30 @@ RAM index follows, so the next recall no longer finds them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ..admission import Admitted
-from ..errors import ConflictError, ParameterError, ReferenceRefused
+from ..errors import (
+    ConflictError,
+    LamboError,
+    ParameterError,
+    ReferenceRefused,
+    StoreError,
+    internal_fault,
+)
 from ..forget import FORGET_TOOL, ForgetRequest
+from ..health import StoreHealth
 from ..index.graph import SessionGraph
 from ..model import Status, WriteIntent, short_id
 from ..references import describe_candidates, match_reference
 from ..session import Session
+from ..store.base import FencedOut, IntentNotPending
 from ..text import check_agent_id, check_string, show_safely
+from .faults import STORE_REFUSED_WRITE, NotPending, TransientFailure
+
+log = logging.getLogger(__name__)
 
 #: references one forget may name (a larger cleanup is several calls)
 MAX_FORGET_IDS = 1000
@@ -124,10 +137,30 @@ def plan_forget(session: Session, intent: WriteIntent) -> ForgetRequest:
     )
 
 
-def apply_forget(session: Session, intent: WriteIntent) -> dict[str, Any]:
-    """Apply one forget intent on the writer thread; its receipt's outcome."""
-    with session.index.lock:
-        request = plan_forget(session, intent)
-    edges = session.store.forget(request)
+def apply_forget(session: Session, intent: WriteIntent, health: StoreHealth) -> dict[str, Any]:
+    """Apply one forget intent on the writer thread; its receipt's outcome.
+
+    Raises as the pipeline's write path does: ``NotPending`` (settled already),
+    ``FencedOut``, ``TransientFailure`` for a store refusal (the intent is kept and the
+    session degraded), another ``LamboError`` for a forget refused by its rules; any
+    other fault comes out as an internal fault."""
+    try:
+        with session.index.lock:
+            request = plan_forget(session, intent)
+        try:
+            edges = session.store.forget(request)
+        except IntentNotPending:
+            raise NotPending from None
+        except FencedOut:
+            raise
+        except StoreError as exc:
+            health.refused("a forget", exc.detail or exc.message)
+            raise TransientFailure(STORE_REFUSED_WRITE) from None
+    except (NotPending, LamboError):
+        raise
+    except Exception as exc:  # a fault: the forget fails, the writer lives on
+        log.exception("applying forget %s failed", intent.receipt_id)
+        raise internal_fault(repr(exc)) from exc
+    health.wrote()
     session.index.remove_concepts(request.node_ids)  # recall stops finding them now
     return request.outcome(edges)

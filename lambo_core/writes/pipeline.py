@@ -30,8 +30,8 @@ from ..session import Session
 from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .builder import plan_write
 from .embedding import WriteEmbedding
-from .forget import admit_forget, apply_forget
 from .faults import KEPT_FOR_REPLAY, STORE_REFUSED_WRITE, HandedOn, NotPending, TransientFailure
+from .forget import admit_forget, apply_forget
 from .layer_writes import ack_warnings
 from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
 from .stop_report import StopReport
@@ -379,7 +379,8 @@ class WritePipeline:
                     self._idle.notify_all()
                 return
             try:
-                self._apply_one(intent, back_to_back=waiting)
+                apply = self._apply_forget if intent.tool == FORGET_TOOL else self._apply_one
+                apply(intent, back_to_back=waiting)
             finally:
                 with self._idle:
                     self._in_flight -= 1
@@ -400,9 +401,6 @@ class WritePipeline:
         return self._write_behind.lag_ms()
 
     def _apply_one(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
-        if intent.tool == FORGET_TOOL:
-            self._apply_forget(intent)
-            return
         session = self.session
         replay = bool(intent.payload.get("_replay"))
         payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
@@ -469,45 +467,26 @@ class WritePipeline:
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
 
-    def _apply_forget(self, intent: WriteIntent) -> None:
-        """A forget intent (``writes/forget.py``): the store settles it in its transaction;
-        failures are handled as a write's are."""
+    def _apply_forget(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
+        """A forget intent (``writes/forget.py``), its failures handled as a write's are."""
         replay = bool(intent.payload.get("_replay"))
-        if replay and self._settled_elsewhere(intent):
-            return
         try:
-            try:
-                outcome = apply_forget(self.session, intent)
-            except IntentNotPending:
-                if replay and self._settled_elsewhere(intent):
-                    return
-                raise TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending") from None
-            except (FencedOut, LamboError) as exc:
-                if isinstance(exc, StoreError) and not isinstance(exc, FencedOut):
-                    self.health.refused("a forget", exc.detail or exc.message)
-                    raise TransientFailure(STORE_REFUSED_WRITE) from None
-                raise
-            self.health.wrote()
+            outcome = apply_forget(self.session, intent, self.health)
         except FencedOut as exc:
             self._lease_lost(exc)
             self._handed_on = intent
             return
-        except TransientFailure as exc:
-            self._fail(intent, exc, keep_intent=True, replay=replay)
+        except NotPending:
+            if not (replay and self._settled_elsewhere(intent)):
+                failure = TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending")
+                self._fail(intent, failure, keep_intent=True, replay=replay)
             return
         except LamboError as exc:
-            self._fail(intent, exc, keep_intent=False, replay=replay)
-            return
-        except Exception as exc:  # a fault: the forget failed, the worker lives on
-            log.exception("applying forget %s failed", intent.receipt_id)
-            self._fail(intent, internal_fault(repr(exc)), keep_intent=False, replay=replay)
+            self._fail(intent, exc, keep_intent=isinstance(exc, TransientFailure), replay=replay)
             return
         with self._lock:
-            if replay:
-                self.replayed += 1
-                self.replay_owed -= 1
-            else:
-                self.applied += 1
+            self.replayed, self.replay_owed = self.replayed + replay, self.replay_owed - replay
+            self.applied += not replay
         self.session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )

@@ -133,8 +133,9 @@ def test_forget_from_the_shell_alone(served_home: Path) -> None:
     session = "forget-alone"
     assert lambo(served_home, "derive", "--session", session, "--content", SECRET).returncode == 0
     made = json.loads(
-        lambo(served_home, "recall", "--session", session, "--query", "deploy token", "--json")
-        .stdout
+        lambo(
+            served_home, "recall", "--session", session, "--query", "deploy token", "--json"
+        ).stdout
     )
     node = next(h["node_id"] for h in made["hits"] if "tok-7Hq2x" in h["content"])
     forgot = lambo(served_home, "forget", "--session", session, "--json", node)
@@ -157,16 +158,11 @@ def test_backup_while_the_serve_applies_writes(served_home: Path, tmp_path: Path
     seeded = SqliteStore(db)  # a store of some pages, so the copy takes several steps
     seeded.ensure_session("bulk", time.time())
     for start in range(0, 20000, 2000):
-        seeded.apply(
-            WriteBatch(
-                session="bulk",
-                concepts=[
-                    Concept(new_id(), "bulk", f"bulk fact {i} " + "x" * 400,
-                            f"bulk fact {i} " + "x" * 400, ConceptType.ENTITY, 1.0, 1.0, "seed")
-                    for i in range(start, start + 2000)
-                ],  # fmt: skip
-            )
-        )
+        texts = [f"bulk fact {i} " + "x" * 400 for i in range(start, start + 2000)]
+        concepts = [
+            Concept(new_id(), "bulk", t, t, ConceptType.ENTITY, 1.0, 1.0, "seed") for t in texts
+        ]
+        seeded.apply(WriteBatch(session="bulk", concepts=concepts))
     seeded.close()
     copy = tmp_path / "copy.db"
     applied_at: dict[str, float] = {}  # concept id -> when its receipt was seen applied
