@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from lambo_core.model import Concept, ConceptType, WriteBatch, new_id
 from lambo_core.paths import resolve_paths
@@ -82,6 +83,9 @@ def test_forget_through_the_running_hub(
             # by meaning: the MiniLM vector leg finds it before the forget
             assert secret[:8] in await recall_text(client, "credential used to ship to staging")
             before = body(await client.call_tool("lambo_stats", {"agent_id": "a"}))
+            # an agent cannot forget: the admin tool is the hub socket's, never MCP's
+            with pytest.raises(MCPError, match="unknown tool"):
+                await client.call_tool("lambo.forget", {"agent_id": "a", "ids": [secret]})
 
             refused = await anyio.to_thread.run_sync(
                 lambda: lambo(served_home, "forget", "--session", session, secret[:8], "feedbeef")
