@@ -260,3 +260,38 @@ def test_the_scrubber_replaces_longest_first_inside_any_json() -> None:
     request = ForgetRequest(S, "op", T0, ("id-1",), ("abc",), False, None)
     assert request.event(2).digests == (content_digest("abc"),)
     assert "abc" not in json.dumps(request.outcome(2))
+
+
+def test_the_bytes_go_even_where_sqlite_keeps_freed_cells_by_default(tmp_path: Path) -> None:
+    """This machine's SQLite zeroes freed cells by default; with that turned off (as other
+    builds ship it), a plain delete leaves the text in the file and the forget does not."""
+    secret = f"the key is {TOKEN}"
+
+    def stored(name: str) -> tuple[SqliteStore, Concept]:
+        store = SqliteStore(tmp_path / name / "lambo.db")
+        store._db.write_conn.execute("PRAGMA secure_delete = 0")
+        store.ensure_session(S, T0)
+        filler = [
+            Concept(f"{i:08x}-0000-4000-8000-000000000000", S, f"filler {i}", f"filler {i}",
+                    ConceptType.ENTITY, T0, T0, "a")
+            for i in range(500)
+        ]  # fmt: skip
+        store.apply(WriteBatch(session=S, concepts=filler))
+        concept = Concept(TWIN_A, S, secret, secret, ConceptType.ENTITY, T0, T0, "a")
+        store.apply(WriteBatch(session=S, concepts=[concept]))
+        return store, concept
+
+    def held(store: SqliteStore) -> bool:
+        parts = (store.path, store.path.with_name(store.path.name + "-wal"))
+        return any(TOKEN.encode() in p.read_bytes() for p in parts if p.exists())
+
+    plain, concept = stored("plain")
+    plain.delete_concepts(S, [concept.id])
+    plain._db.checkpoint()
+    assert held(plain)  # the deleted cell's bytes are still in the file
+    plain.close()
+    forgotten, concept = stored("forgotten")
+    forgotten.forget(ForgetRequest(S, "op", T0, (concept.id,), (secret,), False, None))
+    assert not held(forgotten)
+    assert forgotten._db.write_conn.execute("PRAGMA secure_delete").fetchone() == (0,)
+    forgotten.close()
