@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from .admin_tools import ADMIN_TOOLS, answer_admin
 from .config import Config
 from .embed.loader import LoadedModels
 from .errors import ConflictError, ErrorKind, LamboError
@@ -296,9 +297,13 @@ async def _served_locally(
             if tool in _USES_MODEL and lazy is not None:
                 # Loaded, or failed to (the recall then says it is keyword-only).
                 await anyio.to_thread.run_sync(lazy.wait)
-            result = await answer(tool, arguments)
+            if tool in ADMIN_TOOLS:  # routed as the hub's socket routes them
+                result = await answer_admin(service, tool, arguments)
+            else:
+                result = await answer(tool, arguments)
             receipt = (result.get("structuredContent") or {}).get("receipt")
-            if tool in _WRITES and not result["isError"] and isinstance(receipt, str):
+            writes = tool in _WRITES or tool in ADMIN_TOOLS
+            if writes and not result["isError"] and isinstance(receipt, str):
                 admitted.append((receipt, arguments.get("agent_id")))
             return result
 

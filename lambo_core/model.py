@@ -201,6 +201,22 @@ class CanonizationEvent:
     occurred_at: float
 
 
+@dataclass(frozen=True)
+class ForgetEvent:
+    """The audit record of one ``lambo forget``: who removed which concepts, when. Each
+    removed concept is kept only as its id and the SHA-256 of its content, never the text
+    (a pasted secret is what forget is for)."""
+
+    session: str
+    agent_id: str
+    occurred_at: float
+    node_ids: tuple[str, ...]
+    digests: tuple[str, ...]  # sha256 hex of each concept's content, in node_ids' order
+    edges_removed: int
+    forced: bool  # --force: Canonical concepts were among them
+    receipt_id: str | None
+
+
 @dataclass
 class Lease:
     """Who holds a session as its single writer."""

@@ -24,6 +24,7 @@ import anyio
 import anyio.to_thread
 from mcp.shared.exceptions import MCPError
 
+from .admin_tools import ADMIN_TOOLS, answer_admin
 from .clock import SystemClock
 from .config import Config
 from .daemon import Daemon
@@ -277,6 +278,8 @@ class Serve:
         layered = await self._attach_layers(service) if self.options.layers else None
 
         async def handle(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            if tool in ADMIN_TOOLS:  # the operator's: the session stays a plain one
+                return await answer_admin(service, tool, arguments)
             if tool in INTERNAL_TOOLS:
                 return await answer_internal(service, tool, arguments)
             if layered is not None:

@@ -198,6 +198,8 @@ STORE_COMMANDS = [
     ("canon", "suspected", "--session", "s"),
     ("session", "verify", "--session", "s"),
     ("session", "list"),
+    ("forget", "--session", "s", "abcdef12"),
+    ("backup", "--force", "copy.db"),
 ]
 
 

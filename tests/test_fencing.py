@@ -18,6 +18,7 @@ import pytest
 
 from lambo_core.clock import ManualClock
 from lambo_core.embed.onnx import OnnxEmbedder
+from lambo_core.forget import ForgetRequest
 from lambo_core.hub import (
     LEASE_LOST_CALL_TEXT,
     Forwarder,
@@ -105,6 +106,10 @@ def test_every_write_of_a_fenced_out_writer_is_refused_and_changes_nothing(store
                 CanonizationEvent(S, "a", Status.NONE, Status.CANDIDATE, None, 1.0)
             ),
         ),
+        (
+            "forget",
+            lambda: store.forget(ForgetRequest(S, "op", 1.0, ("a",), ("x",), False, "r-kept")),
+        ),
         ("set_gc_clock", lambda: store.set_gc_clock(S, 1.0, 1)),
         ("stamp_contract", lambda: store.stamp_contract(S, {"kind": "x"})),
         ("ensure_session", lambda: store.ensure_session("s", 1.0)),
@@ -123,6 +128,7 @@ def test_every_write_of_a_fenced_out_writer_is_refused_and_changes_nothing(store
     assert kept is not None and kept.state is IntentState.PENDING
     assert store.get_intent("r-new") is None
     assert store.canon_events(S) == []
+    assert store.forget_events(S) == []
 
     # The new holder writes as usual.
     store.fence(S, Fence(2, clock.now))

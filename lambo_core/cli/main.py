@@ -14,10 +14,12 @@ import click
 
 from ..log_limits import install_stderr_queue
 from ..version import __version__
+from .backup import backup_cmd
 from .canon import canon_group, session_group
 from .common import Context
 from .config import config_group
 from .demo import demo_cmd
+from .forget import forget_cmd
 from .model import model_group
 from .serve import provision, serve
 from .setup_clients import setup_cmd
@@ -51,6 +53,8 @@ for _command in (
     provision,
     serve,
     *TOOL_COMMANDS,
+    forget_cmd,
+    backup_cmd,
     demo_cmd,
     setup_cmd,
     model_group,

@@ -97,7 +97,7 @@ class SessionCall:
         return anyio.run(go)
 
 
-def _exit_refused(result: dict[str, Any], flags: FieldFlags) -> NoReturn:
+def exit_refused(result: dict[str, Any], flags: FieldFlags) -> NoReturn:
     """A tool's refusal, its fields named by their flags: exit 2 for a bad value, else 1."""
     text = str(result["content"][0]["text"])
     click.echo(f"lambo: {flags.rewrite(text)}", err=True)
@@ -129,7 +129,7 @@ def run_tool(
         lambda call: call(tool, arguments), needs_serve=needs_serve
     )
     if result["isError"]:
-        _exit_refused(result, flags)
+        exit_refused(result, flags)
     structured = dict(result.get("structuredContent") or {})
     code = stats_exit_code(structured) if tool == "lambo_stats" else 0
     if as_json:
@@ -203,7 +203,7 @@ def run_write(
     if code is not None:
         sys.exit(code)
     if ack["isError"]:
-        _exit_refused(ack, flags)
+        exit_refused(ack, flags)
     structured = dict(ack.get("structuredContent") or {})
     receipt: dict[str, Any] | None = None
     if asked is not None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
+from ..admin_tools import ADMIN_TOOLS
 from ..errors import LamboError, ParameterError
 from ..receipts import render_line, to_structured
 from ..service import SERVED_TOOLS, ToolResult
@@ -52,8 +53,9 @@ WRITE_TOOLS = ("lambo_derive", "lambo_record_action")
 
 
 def socket_tool_names() -> list[str]:
-    """What a hub's socket answers: the public tools and the internal ones."""
-    return [*SERVED_TOOLS, *INTERNAL_TOOLS]
+    """What a hub's socket answers: the public tools, the internal ones and the admin ones
+    (``admin_tools.py``)."""
+    return [*SERVED_TOOLS, *INTERNAL_TOOLS, *ADMIN_TOOLS]
 
 
 def _text(args: Mapping[str, Any], key: str) -> str:

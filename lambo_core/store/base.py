@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import ErrorKind, StoreError
+from ..forget import ForgetRequest
 from ..model import (
     CanonizationEvent,
     Concept,
     Edge,
     EdgeType,
+    ForgetEvent,
     Interaction,
     Lease,
     SessionRecord,
@@ -157,6 +159,18 @@ class Store(Protocol):
         Returns how many were deleted: a key naming no edge of the session
         counts 0, a key named twice counts once. Concepts are left as they are.
         """
+        ...
+
+    def forget(self, request: ForgetRequest) -> int:
+        """Remove ``request.node_ids``' concepts with their edges (either end), vectors and
+        keyword entries; replace every forgotten content in the session's settled intents
+        (payload, outcome) and interactions' summaries (``forget.Scrubber``); record the
+        ``ForgetEvent``; settle the request's pending intent applied: one transaction, or
+        nothing. Ids no longer there are skipped. Returns how many edges went."""
+        ...
+
+    def forget_events(self, session: str) -> list[ForgetEvent]:
+        """The session's forget audit, oldest first."""
         ...
 
     def set_status(self, session: str, node_id: str, status: Status) -> None: ...

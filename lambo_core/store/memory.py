@@ -20,12 +20,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..forget import ForgetRequest
 from ..index.keywords import Bm25Index
 from ..model import (
     CanonizationEvent,
     Concept,
     Edge,
     EdgeType,
+    ForgetEvent,
     IntentState,
     Interaction,
     Lease,
@@ -60,6 +62,7 @@ class _Session:
     interactions: dict[str, Interaction] = field(default_factory=dict)
     keywords: Bm25Index = field(default_factory=Bm25Index)
     canon_events: list[CanonizationEvent] = field(default_factory=list)
+    forget_events: list[ForgetEvent] = field(default_factory=list)
 
 
 @dataclass
@@ -284,6 +287,54 @@ class MemoryStore:
                 for key, e in state.edges.items()
                 if e.src not in doomed and e.dst not in doomed
             }
+
+    def forget(self, request: ForgetRequest) -> int:
+        """A forget, all or nothing (``forget.py``); the edges it removed."""
+        session = request.session
+        scrub = request.scrubber()
+        with self._lock:
+            self._check_fence(session)
+            state = self._session(session)
+            held = None
+            if request.receipt_id is not None:
+                held = self._intents.get(request.receipt_id)
+                if (
+                    held is None
+                    or held.intent.session != session
+                    or held.intent.state is not IntentState.PENDING
+                ):
+                    raise IntentNotPending(
+                        WRITE_REFUSED, detail="the forget's intent is not pending in this session"
+                    )
+            doomed = {node_id for node_id in request.node_ids if node_id in state.concepts}
+            kept = {
+                k: e for k, e in state.edges.items() if e.src not in doomed and e.dst not in doomed
+            }
+            edges = len(state.edges) - len(kept)
+            state.edges = kept
+            for node_id in doomed:
+                del state.concepts[node_id]
+                state.vectors.pop(node_id, None)
+                state.keywords.remove(node_id)
+            for other in self._intents.values():
+                if other.intent.session != session or other.intent.state is IntentState.PENDING:
+                    continue
+                other.payload_json = scrub.json_text(other.payload_json) or other.payload_json
+                other.outcome_json = scrub.json_text(other.outcome_json) or other.outcome_json
+            for interaction in state.interactions.values():
+                interaction.summary = scrub.text(interaction.summary)
+            state.forget_events.append(request.event(edges))
+            if held is not None:
+                held.intent.state = IntentState.APPLIED
+                held.intent.settled_at = request.occurred_at
+                held.outcome_json = to_json(request.outcome(edges))
+            state.record.mutation_count += len(doomed) + edges
+        return edges
+
+    def forget_events(self, session: str) -> list[ForgetEvent]:
+        with self._lock:
+            state = self._sessions.get(session)
+            return [] if state is None else list(state.forget_events)
 
     def delete_edges(self, session: str, edges: Iterable[tuple[str, str, EdgeType]]) -> int:
         """Delete edges by (src, dst, edge_type); how many were deleted."""

@@ -236,6 +236,27 @@ MIGRATIONS: tuple[Migration, ...] = (
         "so every serve of it refuses bare relative paths in its writes",
         ("ALTER TABLE sessions ADD COLUMN shared_layer INTEGER NOT NULL DEFAULT 0",),
     ),
+    # The audit of `lambo forget`: ids and content digests (JSON arrays), never the content.
+    Migration(
+        8,
+        "forget_events: who removed which concepts and when (ids and content digests only)",
+        (
+            """
+            CREATE TABLE forget_events (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                session TEXT NOT NULL REFERENCES sessions(name) ON DELETE CASCADE,
+                agent_id TEXT NOT NULL,
+                occurred_at REAL NOT NULL,
+                node_ids TEXT NOT NULL,
+                digests TEXT NOT NULL,
+                edges_removed INTEGER NOT NULL,
+                forced INTEGER NOT NULL,
+                receipt_id TEXT
+            )
+            """,
+            "CREATE INDEX forget_events_session ON forget_events(session, occurred_at)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

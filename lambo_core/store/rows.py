@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import StoreError
-from ..model import IntentState, Vector, WriteBatch
+from ..model import ForgetEvent, IntentState, Vector, WriteBatch
 
 WRITE_REFUSED = "the store refused the write; the detail was logged"
 
@@ -68,3 +68,17 @@ def settled_state(state: str) -> IntentState:
     if final is IntentState.PENDING:
         raise refused(f"an intent settles as applied or failed, not {state!r}")
     return final
+
+
+def forget_event_from(row: tuple[Any, ...]) -> ForgetEvent:
+    """A forget_events row (SQLite and PostgreSQL alike): ids and digests are JSON arrays."""
+    return ForgetEvent(
+        session=row[0],
+        agent_id=row[1],
+        occurred_at=float(row[2]),
+        node_ids=tuple(json.loads(row[3])),
+        digests=tuple(json.loads(row[4])),
+        edges_removed=int(row[5]),
+        forced=bool(row[6]),
+        receipt_id=row[7],
+    )

@@ -11,6 +11,7 @@ one machine".
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -18,12 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..forget import ForgetRequest, Scrubber
 from ..index.keywords import fts5_query
 from ..model import (
     CanonizationEvent,
     Concept,
     Edge,
     EdgeType,
+    ForgetEvent,
     IntentState,
     Interaction,
     Lease,
@@ -34,7 +37,15 @@ from ..model import (
 )
 from . import migrations
 from .base import EDGE_WEIGHT_CAP, Fence, IntentNotPending
-from .rows import WRITE_REFUSED, batch_time, check_batch_sessions, refused, settled_state, to_json
+from .rows import (
+    WRITE_REFUSED,
+    batch_time,
+    check_batch_sessions,
+    forget_event_from,
+    refused,
+    settled_state,
+    to_json,
+)
 from .sqlite_connection import BUSY_TIMEOUT_MS, Connections
 from .sqlite_rows import (
     CANON_EVENT_COLUMNS,
@@ -53,6 +64,8 @@ from .sqlite_rows import (
     lease_row,
     session_from,
 )
+
+log = logging.getLogger(__name__)
 
 IDS_PER_DELETE = 500  # ids bound in one DELETE statement
 
@@ -274,6 +287,74 @@ class SqliteStore:
                 deleted += cur.rowcount
         return deleted
 
+    def forget(self, request: ForgetRequest) -> int:
+        """A forget in one transaction (``forget.py``); the edges it removed.
+
+        Under ``secure_delete`` the freed cells are zeroed; the FTS index is optimized so
+        the concepts' terms leave its segments too; then the WAL is checkpointed and reset
+        so the old frames that held the content go (a reader holding it open defers that
+        to a later checkpoint: logged)."""
+        session = request.session
+        ids = list(dict.fromkeys(request.node_ids))
+        scrub = request.scrubber()
+        with self._db.write(session, secure_delete=True) as conn:
+            edges = 0
+            for start in range(0, len(ids), IDS_PER_DELETE):
+                chunk = ids[start : start + IDS_PER_DELETE]
+                marks = ", ".join("?" * len(chunk))
+                row = conn.execute(
+                    f"SELECT count(*) FROM edges WHERE session = ? AND (src IN ({marks}) "
+                    f"OR dst IN ({marks}))",
+                    (session, *chunk, *chunk),
+                ).fetchone()
+                edges += int(row[0])
+                # edges (both ends) and FTS rows go with them, by the schema's triggers
+                conn.execute(
+                    f"DELETE FROM concepts WHERE session = ? AND id IN ({marks})",
+                    (session, *chunk),
+                )
+            _scrub_rows(conn, session, scrub)
+            conn.execute("INSERT INTO concepts_fts(concepts_fts) VALUES ('optimize')")
+            event = request.event(edges)
+            conn.execute(
+                "INSERT INTO forget_events(session, agent_id, occurred_at, node_ids, digests, "
+                "edges_removed, forced, receipt_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session, event.agent_id, event.occurred_at, to_json(list(event.node_ids)),
+                 to_json(list(event.digests)), edges, int(event.forced), event.receipt_id),
+            )  # fmt: skip
+            if request.receipt_id is not None:
+                cur = conn.execute(
+                    "UPDATE write_intents SET state = ?, outcome = ?, settled_at = ? "
+                    "WHERE receipt_id = ? AND session = ? AND state = ?",
+                    (IntentState.APPLIED.value, to_json(request.outcome(edges)),
+                     request.occurred_at, request.receipt_id, session,
+                     IntentState.PENDING.value),
+                )  # fmt: skip
+                if cur.rowcount != 1:
+                    raise IntentNotPending(
+                        WRITE_REFUSED, detail="the forget's intent is not pending in this session"
+                    )
+            conn.execute(
+                "UPDATE sessions SET mutation_count = mutation_count + ? WHERE name = ?",
+                (len(ids) + edges, session),
+            )
+        busy, _, _ = self._db.checkpoint()
+        if busy:
+            log.warning(
+                "forget in session %s: a reader kept the WAL from being reset; the frames "
+                "that held the forgotten text go at a later checkpoint",
+                session,
+            )
+        return edges
+
+    def forget_events(self, session: str) -> list[ForgetEvent]:
+        rows = self._db.read(
+            "SELECT session, agent_id, occurred_at, node_ids, digests, edges_removed, forced, "
+            "receipt_id FROM forget_events WHERE session = ? ORDER BY occurred_at, id",
+            (session,),
+        )
+        return [forget_event_from(row) for row in rows]
+
     def set_status(self, session: str, node_id: str, status: Status) -> None:
         """A no-op for a concept no longer there (collected meanwhile)."""
         with self._db.write(session) as conn:
@@ -462,6 +543,32 @@ class SqliteStore:
             f"SELECT {LEASE_COLUMNS} FROM session_leases WHERE session = ?", (session,)
         )
         return lease_from(rows[0]) if rows else None
+
+
+def _scrub_rows(conn: sqlite3.Connection, session: str, scrub: Scrubber) -> None:
+    """Every settled intent's payload and outcome, and every interaction's summary, of the
+    session with the forgotten contents replaced (pending intents are writes admitted after
+    the forget: they write what they say)."""
+    for needle in scrub.needles:
+        rows = conn.execute(
+            "SELECT receipt_id, payload, outcome FROM write_intents WHERE session = ? "
+            "AND state != ? AND (instr(payload, ?) > 0 OR instr(outcome, ?) > 0)",
+            (session, IntentState.PENDING.value, needle, needle),
+        ).fetchall()
+        for receipt_id, payload, outcome in rows:
+            new_payload = scrub.json_text(payload)
+            new_outcome = scrub.json_text(outcome)
+            conn.execute(
+                "UPDATE write_intents SET payload = COALESCE(?, payload), "
+                "outcome = COALESCE(?, outcome) WHERE receipt_id = ?",
+                (new_payload, new_outcome, receipt_id),
+            )
+    for content, mark in scrub.pairs:
+        conn.execute(
+            "UPDATE interactions SET summary = replace(summary, ?, ?) "
+            "WHERE session = ? AND instr(summary, ?) > 0",
+            (content, mark, session, content),
+        )
 
 
 def read_lease(path: Path, session: str) -> Lease | None:

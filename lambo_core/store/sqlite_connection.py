@@ -109,16 +109,24 @@ class Connections:
         return cls(write, read), applied
 
     @contextmanager
-    def write(self, session: str | None = None) -> Iterator[sqlite3.Connection]:
+    def write(
+        self, session: str | None = None, *, secure_delete: bool = False
+    ) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction on the write connection, or nothing.
 
         With ``session``, the transaction first checks the session's fence, so the
         check and the write commit together or not at all; ``BEGIN IMMEDIATE`` also
         holds off another process's ``acquire_lease`` meanwhile. Any exception rolls
-        back; a driver error comes out as StoreError.
+        back; a driver error comes out as StoreError. ``secure_delete``: the
+        transaction's deleted and rewritten cells are overwritten with zeros (forget),
+        not left in free space; the other writes keep the cheaper default.
         """
         with self._write_lock:
             conn = self.write_conn
+            # this build's own default (Debian's SQLite zeroes already) comes back after
+            previous = conn.execute("PRAGMA secure_delete").fetchone()[0] if secure_delete else 0
+            if secure_delete:
+                conn.execute("PRAGMA secure_delete = ON")
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 if session is not None:
@@ -133,6 +141,20 @@ class Connections:
                 if isinstance(exc, sqlite3.Error):
                     raise refused(str(exc)) from exc
                 raise
+            finally:
+                if secure_delete:
+                    with suppress(sqlite3.Error):
+                        conn.execute(f"PRAGMA secure_delete = {int(previous)}")
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(TRUNCATE)`` on the write connection: (busy, WAL frames,
+        frames copied). Busy (1) when a reader kept the WAL from being reset."""
+        with self._write_lock:
+            try:
+                row = self.write_conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error as exc:
+                raise refused(str(exc)) from exc
+        return int(row[0]), int(row[1]), int(row[2])
 
     @contextmanager
     def schema(self) -> Iterator[sqlite3.Connection]:

@@ -20,6 +20,7 @@ from ..admission import NOTHING_WRITTEN, Admitted, admit_action, admit_derive
 from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
 from ..cross_refs import CrossSession
 from ..errors import LamboError, StoreError, internal_fault
+from ..forget import FORGET_TOOL
 from ..health import StoreHealth
 from ..model import IntentState, WriteBatch, WriteIntent
 from ..rates import WriteRates
@@ -30,6 +31,7 @@ from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .builder import plan_write
 from .embedding import WriteEmbedding
 from .faults import KEPT_FOR_REPLAY, STORE_REFUSED_WRITE, HandedOn, NotPending, TransientFailure
+from .forget import admit_forget, apply_forget
 from .layer_writes import ack_warnings
 from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
 from .stop_report import StopReport
@@ -293,6 +295,8 @@ class WritePipeline:
             )
         if tool == "lambo_record_action":
             return admit_action(args, session=session.name, graph=graph, layer=layer, cross=cross)
+        if tool == FORGET_TOOL:  # an admin write: ordered with the others (writes/forget.py)
+            return admit_forget(args, graph)
         raise ValueError(f"not a write tool: {tool}")  # pragma: no cover - service routes
 
     # -- the lease -------------------------------------------------------------------------
@@ -375,7 +379,8 @@ class WritePipeline:
                     self._idle.notify_all()
                 return
             try:
-                self._apply_one(intent, back_to_back=waiting)
+                apply = self._apply_forget if intent.tool == FORGET_TOOL else self._apply_one
+                apply(intent, back_to_back=waiting)
             finally:
                 with self._idle:
                     self._in_flight -= 1
@@ -459,6 +464,30 @@ class WritePipeline:
             )
         log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
         session.receipts.settle(
+            intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
+        )
+
+    def _apply_forget(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
+        """A forget intent (``writes/forget.py``), its failures handled as a write's are."""
+        replay = bool(intent.payload.get("_replay"))
+        try:
+            outcome = apply_forget(self.session, intent, self.health)
+        except FencedOut as exc:
+            self._lease_lost(exc)
+            self._handed_on = intent
+            return
+        except NotPending:
+            if not (replay and self._settled_elsewhere(intent)):
+                failure = TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending")
+                self._fail(intent, failure, keep_intent=True, replay=replay)
+            return
+        except LamboError as exc:
+            self._fail(intent, exc, keep_intent=isinstance(exc, TransientFailure), replay=replay)
+            return
+        with self._lock:
+            self.replayed, self.replay_owed = self.replayed + replay, self.replay_owed - replay
+            self.applied += not replay
+        self.session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
 

@@ -57,7 +57,7 @@ _gate = os.environ.get("LAMBO_E2E_APPLY_GATE")
 WRITES = (
     "apply", "add_intent", "settle_intent", "delete_concepts", "delete_edges", "set_status",
     "add_access_counts", "bump_gc_survived", "add_canon_event", "stamp_contract",
-    "mark_shared_layer", "set_gc_clock", "ensure_session",
+    "mark_shared_layer", "set_gc_clock", "ensure_session", "forget",
 )
 
 def _audited(name, method):

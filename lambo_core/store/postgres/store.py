@@ -21,12 +21,14 @@ from typing import Any
 
 import psycopg
 
+from ...forget import ForgetRequest
 from ...index.keywords import tokenize
 from ...model import (
     CanonizationEvent,
     Concept,
     Edge,
     EdgeType,
+    ForgetEvent,
     IntentState,
     Interaction,
     Lease,
@@ -36,7 +38,15 @@ from ...model import (
     WriteIntent,
 )
 from ..base import EDGE_WEIGHT_CAP, Fence, IntentNotPending
-from ..rows import WRITE_REFUSED, batch_time, check_batch_sessions, refused, settled_state, to_json
+from ..rows import (
+    WRITE_REFUSED,
+    batch_time,
+    check_batch_sessions,
+    forget_event_from,
+    refused,
+    settled_state,
+    to_json,
+)
 from ..sqlite_rows import (
     CANON_EVENT_COLUMNS,
     EDGE_COLUMNS,
@@ -51,6 +61,7 @@ from ..sqlite_rows import (
 )
 from . import leases, schema
 from .connection import Database, vector_from_text
+from .forget import forget_rows
 from .keywords import TSV_SQL, PgKeywordIndex
 from .vectors import VectorLeg
 
@@ -332,6 +343,18 @@ class PostgresStore:
                 )
 
         self._db.write(session, body)
+
+    def forget(self, request: ForgetRequest) -> int:
+        """A forget in one transaction (``postgres/forget.py``); the edges it removed."""
+        return self._db.write(request.session, lambda cur: forget_rows(cur, request))
+
+    def forget_events(self, session: str) -> list[ForgetEvent]:
+        rows = self._db.read(
+            "SELECT session, agent_id, occurred_at, node_ids, digests, edges_removed, forced, "
+            "receipt_id FROM forget_events WHERE session = %s ORDER BY occurred_at, id",
+            (session,),
+        )
+        return [forget_event_from(tuple(row)) for row in rows]
 
     def delete_edges(self, session: str, edges: Iterable[tuple[str, str, EdgeType]]) -> int:
         """Delete edges by (src, dst, edge_type) in one transaction; how many were deleted."""
