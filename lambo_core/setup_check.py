@@ -281,10 +281,13 @@ def _claude_registrations(
             )
 
 
-def find_registrations(home: Path, cwd: Path, env: dict[str, str] | None = None) -> Findings:
-    """Every layer's lambo entry, and the files that could not be read."""
+def find_registrations(
+    home: Path, cwd: Path, env: dict[str, str] | None = None, search_path: str | None = None
+) -> Findings:
+    """Every layer's lambo entry, and the files that could not be read. ``search_path`` is
+    where a bare command is looked up (None: this process's PATH, as ``shutil.which``)."""
     found = Findings()
-    here = Here(home, cwd, (os.environ if env is None else env).get("PATH"))
+    here = Here(home, cwd, search_path)
     for layer in layer_files(home, cwd, env):
         data, problem = _load(layer)
         where = shown(layer.path, home)
@@ -344,12 +347,15 @@ def _disagreement(registrations: list[Registration]) -> str | None:
 
 
 def check_report(
-    home: Path | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+    home: Path | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    search_path: str | None = None,
 ) -> tuple[str, bool]:
     """What ``lambo setup --check`` prints, and whether anything is flagged (exit 1)."""
     home = home or Path.home()
     cwd = cwd or Path.cwd()
-    found = find_registrations(home, cwd, env)
+    found = find_registrations(home, cwd, env, search_path)
     flagged = [
         f"{reg.where} holds command beside url in its lambo entry: a client rejects that "
         f"layer even when the endpoint answers. Fix: {reg.fix}; then copy the same "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def body(printed: str) -> str:
     return "\n".join(line for line in printed.splitlines() if not line.startswith("#"))
 
 
-def lambo_entry(session: str = "myproj", **env: str) -> dict[str, object]:
+def lambo_entry(session: str = "myproj", **env: str) -> dict[str, Any]:
     """The command entry `lambo setup` writes from this test process: the lambo this Python
     runs (``setup_launch.running_launcher``; its choice is tested on its own) and the
     variables set, LAMBO_HOME (the autouse fixture's) and ``env``."""

@@ -20,7 +20,6 @@ from lambo_core.errors import ConfigError, ParameterError
 from lambo_core.setup_clients import server_command, setup_client
 from tests.setup_home import body, lambo_entry
 
-
 # --------------------------------------------------------------------------- printed forms
 
 
@@ -28,7 +27,7 @@ def test_claude_prints_the_mcp_add_command_and_its_json_form(home: Path) -> None
     out = setup_client("claude")
     lines = out.splitlines()
     entry = lambo_entry()
-    command = shlex.join([entry["command"], *entry["args"]])  # type: ignore[list-item]
+    command = shlex.join([entry["command"], *entry["args"]])
     home_var = f"LAMBO_HOME={os.environ['LAMBO_HOME']}"
     # -e after the name: before it, Claude Code's variadic -e would take the name
     assert f"claude mcp add lambo -e {shlex.quote(home_var)} -- {command}" in lines
