@@ -105,8 +105,14 @@ def server_for(
                 "command form starts its own"
             )
         name = session if session is not None else default_session(cwd)
-        env = server_environment(os.environ if environ is None else environ, cwd, config_path, note)
-        return server_command(name, pyz, env=env, note=note)
+        heard: list[str] = []  # said after the executable's choice, which reads first
+        environ = os.environ if environ is None else environ
+        env = server_environment(environ, cwd, config_path, heard.append)
+        server = server_command(name, pyz, env=env, note=note)
+        if note is not None:
+            for text in heard:
+                note(text)
+        return server
     if pyz is not None:
         raise ParameterError(
             "--url and --pyz do not go together: --pyz says how a client starts lambo, "
