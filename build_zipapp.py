@@ -388,7 +388,12 @@ MANIFEST = {manifest!r}
 from lambo_core import zipapp_boot  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(zipapp_boot.run(ARCHIVE, MANIFEST))
+    status = zipapp_boot.boot(ARCHIVE, MANIFEST)
+    if status:
+        sys.exit(status)
+    from lambo_core.cli import main  # noqa: E402
+
+    sys.exit(main())
 """
 
 

@@ -234,8 +234,10 @@ def install(
     return unpacker
 
 
-def run(archive: str, manifest: Manifest) -> int:
-    """The archive's entry: check the interpreter, install the unpacker, run the CLI."""
+def boot(archive: str, manifest: Manifest) -> int:
+    """The archive's start: check the interpreter and install the unpacker. 0 when the CLI
+    may run (the archive's ``__main__`` then imports it, so this module never imports the
+    CLI), else the exit status, said on stderr."""
     problem = incompatibility(manifest)
     if problem:
         print(f"lambo: {problem}", file=sys.stderr)
@@ -250,6 +252,4 @@ def run(archive: str, manifest: Manifest) -> int:
             file=sys.stderr,
         )
         return 1
-    from lambo_core.cli import main
-
-    return main()
+    return 0
