@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lambo_core.zipapp_boot import MANIFEST_NAME  # one name for the writer and the reader
+
 ROOT = Path(__file__).resolve().parent
 FORMAT = 1
-MANIFEST_NAME = "lambo_pyz.json"
 # Entries carry a fixed timestamp, so the same inputs give the same bytes.
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 NATIVE_SUFFIXES = (".so", ".pyd", ".dylib")
@@ -387,7 +388,12 @@ MANIFEST = {manifest!r}
 from lambo_core import zipapp_boot  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(zipapp_boot.run(ARCHIVE, MANIFEST))
+    status = zipapp_boot.boot(ARCHIVE, MANIFEST)
+    if status:
+        sys.exit(status)
+    from lambo_core.cli import main  # noqa: E402
+
+    sys.exit(main())
 """
 
 

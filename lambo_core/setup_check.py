@@ -5,16 +5,19 @@ independent clients") is the rule: a client reads several layers, and one that s
 to copy the registration into each layer that names the server.
 
 Flagged: an entry holding both forms, layers that apply here but name lambo differently,
-and a file that does not read or parse (reported by name, never a traceback; the others are
-still read). Another project's entry in ``~/.claude.json`` is listed but not compared.
-Nothing read from a file is printed raw: a target passes ``show_safely``, and a password in
-a URL is masked.
+an entry that applies here whose command (or ``.pyz``) does not exist or cannot run (a bare
+name is looked up on this PATH), and a file that does not read or parse (reported by name,
+never a traceback; the others are still read). Another project's entry in
+``~/.claude.json`` is listed but not compared. Nothing read from a file is printed raw: a
+target passes ``show_safely``, and a password in a URL is masked.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +87,7 @@ class Registration:
     applies: bool  # read for the current directory (another project's entry is not)
     fix: str  # how to keep one form in this layer
     url_credentials: bool = False  # the url carries user:password@
+    unrunnable: str | None = None  # why its command cannot start here
 
 
 @dataclass
@@ -161,6 +165,41 @@ def _shown_command(entry: dict[str, Any]) -> str:
     return "(not a command and a list of arguments)"
 
 
+def _unrunnable(entry: dict[str, Any], cwd: Path, search_path: str | None) -> str | None:
+    """Why a command entry's program (or the ``.pyz`` it runs) cannot start here, or None."""
+    command, args = entry.get("command"), entry.get("args", [])
+    if not isinstance(command, str) or not command:
+        return None
+    shown_command = show_safely(command, SHOWN_TARGET_CHARS)
+    if "/" not in command:
+        if shutil.which(command, path=search_path) is None:
+            return f"runs `{shown_command}` by name, and no {shown_command} is on PATH here"
+        return None
+    program = Path(command).expanduser()
+    program = program if program.is_absolute() else cwd / program
+    if not program.exists():
+        return f"runs {shown_command}, which does not exist"
+    if not program.is_file() or not os.access(program, os.X_OK):
+        return f"runs {shown_command}, which is not an executable file"
+    archive = args[0] if isinstance(args, list) and args and isinstance(args[0], str) else ""
+    if archive.endswith(".pyz"):
+        path = Path(archive).expanduser()
+        if not (path if path.is_absolute() else cwd / path).is_file():
+            return (
+                f"runs the archive {show_safely(archive, SHOWN_TARGET_CHARS)}, which does not exist"
+            )
+    return None
+
+
+def _rerun(layer: LayerFile) -> str:
+    """How to write an entry that runs the lambo in use, by its absolute path."""
+    if layer.writer is not None:
+        return f"`lambo setup {layer.writer} --write`, run by the lambo you use, writes its path"
+    if layer.claude:
+        return "`lambo setup claude`, run by the lambo you use, prints the `claude mcp add` for it"
+    return "edit the entry to name the lambo you use by its absolute path"
+
+
 def _fix(layer: LayerFile, where: str, scope: str | None, url: str) -> str:
     if layer.writer is not None:
         return f"`lambo setup {layer.writer} --url {url} --write` replaces the whole entry"
@@ -178,8 +217,17 @@ def _fix(layer: LayerFile, where: str, scope: str | None, url: str) -> str:
     return f'edit {where}: keep either "command" and "args" or "url" in {table}'
 
 
+@dataclass(frozen=True)
+class Here:
+    """What a check reads besides the files: the directory and the PATH it runs in."""
+
+    home: Path
+    cwd: Path
+    search_path: str | None
+
+
 def _registration(
-    layer: LayerFile, entry: object, where: str, scope: str | None, applies: bool
+    layer: LayerFile, entry: object, where: str, scope: str | None, applies: bool, here: Here
 ) -> Registration:
     form = entry_form(entry)
     body: dict[str, Any] = entry if isinstance(entry, dict) else {}
@@ -187,7 +235,12 @@ def _registration(
     url = _shown_url(body.get("url")) if form in ("url", "both") else None
     fix = _fix(layer, where, scope, url or "URL")
     credentials = url is not None and _has_credentials(body.get("url"))
-    return Registration(where, form, command, url, applies, fix, credentials)
+    # another project's entry is listed, not judged; a "both" entry is flagged for that
+    why = _unrunnable(body, here.cwd, here.search_path) if form == "command" and applies else None
+    unrunnable = (
+        None if why is None else f"{why}: the client cannot start lambo. Fix: {_rerun(layer)}"
+    )
+    return Registration(where, form, command, url, applies, fix, credentials, unrunnable)
 
 
 def _same_path(project: str, here: Path) -> bool:
@@ -198,38 +251,43 @@ def _same_path(project: str, here: Path) -> bool:
 
 
 def _claude_registrations(
-    layer: LayerFile, data: dict[str, Any], home: Path, cwd: Path, found: Findings
+    layer: LayerFile, data: dict[str, Any], here: Here, found: Findings
 ) -> None:
     """``~/.claude.json``: the user scope's servers, then each project's (local scope)."""
+    home, cwd = here.home, here.cwd
     name = shown(layer.path, home)
     servers, problem = _servers(data, toml=False)
     if problem:
         found.unreadable.append((name, problem))
     elif SERVER_NAME in servers:
         found.registrations.append(
-            _registration(layer, servers[SERVER_NAME], f"{name} (user scope)", "user", True)
+            _registration(layer, servers[SERVER_NAME], f"{name} (user scope)", "user", True, here)
         )
     projects = data.get("projects", {})
     if not isinstance(projects, dict):
         found.unreadable.append((name, 'its "projects" is not an object'))
         return
-    here = cwd.resolve()
+    resolved = cwd.resolve()
     for project, settings in projects.items():
         if not isinstance(settings, dict):
             continue
         servers = settings.get("mcpServers", {})
         if isinstance(servers, dict) and SERVER_NAME in servers:
             project_shown = show_safely(shown(Path(project), home), SHOWN_TARGET_CHARS)
-            applies = _same_path(project, here)
+            applies = _same_path(project, resolved)
             where = f"{name} (project {project_shown})"
             found.registrations.append(
-                _registration(layer, servers[SERVER_NAME], where, project_shown, applies)
+                _registration(layer, servers[SERVER_NAME], where, project_shown, applies, here)
             )
 
 
-def find_registrations(home: Path, cwd: Path, env: dict[str, str] | None = None) -> Findings:
-    """Every layer's lambo entry, and the files that could not be read."""
+def find_registrations(
+    home: Path, cwd: Path, env: dict[str, str] | None = None, search_path: str | None = None
+) -> Findings:
+    """Every layer's lambo entry, and the files that could not be read. ``search_path`` is
+    where a bare command is looked up (None: this process's PATH, as ``shutil.which``)."""
     found = Findings()
+    here = Here(home, cwd, search_path)
     for layer in layer_files(home, cwd, env):
         data, problem = _load(layer)
         where = shown(layer.path, home)
@@ -239,14 +297,14 @@ def find_registrations(home: Path, cwd: Path, env: dict[str, str] | None = None)
         if data is None:
             continue
         if layer.claude:
-            _claude_registrations(layer, data, home, cwd, found)
+            _claude_registrations(layer, data, here, found)
             continue
         servers, problem = _servers(data, layer.toml)
         if problem is not None:
             found.unreadable.append((where, problem))
         elif SERVER_NAME in servers:
             found.registrations.append(
-                _registration(layer, servers[SERVER_NAME], where, None, True)
+                _registration(layer, servers[SERVER_NAME], where, None, True, here)
             )
     return found
 
@@ -289,12 +347,15 @@ def _disagreement(registrations: list[Registration]) -> str | None:
 
 
 def check_report(
-    home: Path | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+    home: Path | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    search_path: str | None = None,
 ) -> tuple[str, bool]:
     """What ``lambo setup --check`` prints, and whether anything is flagged (exit 1)."""
     home = home or Path.home()
     cwd = cwd or Path.cwd()
-    found = find_registrations(home, cwd, env)
+    found = find_registrations(home, cwd, env, search_path)
     flagged = [
         f"{reg.where} holds command beside url in its lambo entry: a client rejects that "
         f"layer even when the endpoint answers. Fix: {reg.fix}; then copy the same "
@@ -309,6 +370,7 @@ def check_report(
         for reg in found.registrations
         if reg.url_credentials
     ]
+    flagged += [f"{reg.where} {reg.unrunnable}" for reg in found.registrations if reg.unrunnable]
     flagged += [
         f"{where}: {why}; the clients cannot read it either. Fix it or move it aside, then "
         "run `lambo setup --check` again"

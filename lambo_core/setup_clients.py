@@ -1,9 +1,11 @@
 """`lambo setup CLIENT`: the MCP client configuration for lambo, printed or merged into the
-client's own file (claude, cursor, codex, pi, generic). The entry either runs ``lambo serve``
-(the command form) or, with ``--url``, points at an HTTP serve (the url form, built in
-setup_url.py). The spec's "HTTP for a machine with several independent clients" names the
-files; how a merge keeps the rest of a file is in docs/design.md. Paths follow ``HOME`` (and
-``CODEX_HOME``, ``PI_CODING_AGENT_DIR``), so tests point them at a temporary directory.
+client's own file (claude, cursor, codex, pi, generic). The entry either runs ``serve`` with
+the absolute path of the running lambo and the ``LAMBO_*`` settings in effect (the command
+form; setup_launch.py says which executable and which variables) or, with ``--url``, points
+at an HTTP serve (the url form, built in setup_url.py). The spec's "HTTP for a machine with
+several independent clients" names the files; how a merge keeps the rest of a file is in
+docs/design.md. Paths follow ``HOME`` (and ``CODEX_HOME``, ``PI_CODING_AGENT_DIR``), so
+tests point them at a temporary directory.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import shutil
 import stat
 import tempfile
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import tomli_w
 
 from .errors import ConfigError, ParameterError
+from .setup_launch import Note, client_env, pyz_launcher, running_launcher, server_environment
 from .setup_url import ServerUrl, check_token_env, check_url
 from .text import check_string
 
@@ -33,20 +36,26 @@ FALLBACK_SESSION = "default"
 
 @dataclass(frozen=True)
 class ServerCommand:
-    """How a client starts the server: a command and its arguments."""
+    """How a client starts the server: a command, its arguments and the variables it sets."""
 
     command: str
     args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
 
     def entry(self, client: str) -> dict[str, Any]:
-        """The same ``command``/``args`` entry for every client."""
-        return {"command": self.command, "args": list(self.args)}
+        """The ``command``/``args`` entry, with ``env`` when there are variables, in
+        ``client``'s form (every client reads the same keys)."""
+        entry: dict[str, Any] = {"command": self.command, "args": list(self.args)}
+        if self.env:
+            entry["env"] = client_env(dict(self.env), client)
+        return entry
 
     def shell(self) -> str:
         return shlex.join([self.command, *self.args])
 
     def describe(self) -> str:
-        return f"`{self.shell()}`"
+        names = ", ".join(name for name, _ in self.env)
+        return f"`{self.shell()}`" + (f" with {names}" if names else "")
 
 
 Server = ServerCommand | ServerUrl
@@ -58,15 +67,23 @@ def default_session(cwd: Path | None = None) -> str:
     return name if name.strip() else FALLBACK_SESSION
 
 
-def server_command(session: str, pyz: str | None = None) -> ServerCommand:
-    """``lambo serve --session NAME``, or ``python3 /abs/PATH serve --session NAME``."""
+def server_command(
+    session: str,
+    pyz: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    note: Note | None = None,
+) -> ServerCommand:
+    """``/abs/lambo serve --session NAME`` (or the running Python with ``-m lambo_core``, or
+    with the archive), or with ``pyz`` ``/abs/python /abs/PATH serve --session NAME``;
+    ``env`` is what the entry sets (``setup_launch.server_environment``)."""
     session = check_string("--session", session)
-    if pyz is None:
-        return ServerCommand("lambo", ("serve", "--session", session))
-    path = Path(pyz).expanduser().resolve()
-    if not path.is_file():
-        raise ConfigError(f"--pyz {pyz}: no such file; build it with `python build_zipapp.py`")
-    return ServerCommand("python3", (str(path), "serve", "--session", session))
+    launcher = running_launcher(note) if pyz is None else pyz_launcher(pyz, note)
+    return ServerCommand(
+        launcher.command,
+        (*launcher.prefix, "serve", "--session", session),
+        tuple(sorted((env or {}).items())),
+    )
 
 
 def server_for(
@@ -76,6 +93,9 @@ def server_for(
     url: str | None,
     token_env: str | None,
     cwd: Path,
+    config_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    note: Note | None = None,
 ) -> Server:
     """The server ``lambo setup``'s flags describe; refuses flags that do not go together."""
     if url is None:
@@ -84,7 +104,15 @@ def server_for(
                 "--auth-token-env needs --url: a bearer token is for an HTTP serve, and the "
                 "command form starts its own"
             )
-        return server_command(session if session is not None else default_session(cwd), pyz)
+        name = session if session is not None else default_session(cwd)
+        heard: list[str] = []  # said after the executable's choice, which reads first
+        environ = os.environ if environ is None else environ
+        env = server_environment(environ, cwd, config_path, heard.append)
+        server = server_command(name, pyz, env=env, note=note)
+        if note is not None:
+            for text in heard:
+                note(text)
+        return server
     if pyz is not None:
         raise ParameterError(
             "--url and --pyz do not go together: --pyz says how a client starts lambo, "
@@ -165,15 +193,18 @@ def toml_document(server: Server) -> str:
         # A JSON string without ASCII escaping is a valid TOML basic string.
         return json.dumps(value, ensure_ascii=False)
 
+    def shown_value(value: object) -> str:
+        if isinstance(value, list):
+            return f"[{', '.join(literal(v) for v in value)}]"
+        if isinstance(value, dict):  # env: an inline table on one line
+            pairs = ", ".join(f"{literal(k)} = {literal(v)}" for k, v in value.items())
+            return f"{{ {pairs} }}"
+        return literal(str(value))
+
     entry = server.entry("codex")
     lines = [f"[mcp_servers.{SERVER_NAME}]"]
     for key, value in entry.items():
-        shown_value = (
-            f"[{', '.join(literal(v) for v in value)}]"
-            if isinstance(value, list)
-            else literal(value)
-        )
-        lines.append(f"{key} = {shown_value}")
+        lines.append(f"{key} = {shown_value(value)}")
     text = "\n".join(lines) + "\n"
     if tomllib.loads(text) != {"mcp_servers": {SERVER_NAME: entry}}:
         raise AssertionError(f"the printed TOML does not read back: {text!r}")
@@ -183,7 +214,11 @@ def toml_document(server: Server) -> str:
 def claude_text(server: Server) -> str:
     if isinstance(server, ServerUrl):
         return claude_url_text(server)
-    add = shlex.join(["claude", "mcp", "add", SERVER_NAME, "--", server.command, *server.args])
+    # -e after the name: before it, Claude Code's variadic -e takes the name for a variable
+    env = [part for name, value in server.env for part in ("-e", f"{name}={value}")]
+    add = shlex.join(
+        ["claude", "mcp", "add", SERVER_NAME, *env, "--", server.command, *server.args]
+    )
     entry = {"type": "stdio", **server.entry("claude")}
     add_json = shlex.join(["claude", "mcp", "add-json", SERVER_NAME, json.dumps(entry)])
     return (
@@ -404,19 +439,32 @@ def setup_client(
     write: bool = False,
     home: Path | None = None,
     cwd: Path | None = None,
+    config_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    note: Note | None = None,
 ) -> str:
-    """What ``lambo setup CLIENT [--pyz PATH] [--session NAME] [--url URL
-    [--auth-token-env VAR]] [--write]`` prints.
+    """What ``lambo [--config FILE] setup CLIENT [--pyz PATH] [--session NAME] [--url URL
+    [--auth-token-env VAR]] [--write]`` prints. ``environ`` (default ``os.environ``) is
+    where the ``LAMBO_*`` settings are read; ``note`` hears what was chosen and why.
 
     Raises ``ConfigError`` for a file ``--write`` refuses (left untouched) or a
-    ``--pyz`` that does not exist, ``ParameterError`` for a bad session name, URL or
-    variable name, or flags that do not go together.
+    ``--pyz`` that does not exist or is not a lambo archive, ``ParameterError`` for a bad
+    session name, URL or variable name, or flags that do not go together.
     """
     if client not in CLIENTS:
         raise ConfigError(f"unknown client {client!r}; one of: {', '.join(CLIENTS)}")
     home = home or Path.home()
     cwd = cwd or Path.cwd()
-    server = server_for(session=session, pyz=pyz, url=url, token_env=token_env, cwd=cwd)
+    server = server_for(
+        session=session,
+        pyz=pyz,
+        url=url,
+        token_env=token_env,
+        cwd=cwd,
+        config_path=config_path,
+        environ=environ,
+        note=note,
+    )
     printed = render(client, server, home, cwd)
     if not write:
         return printed

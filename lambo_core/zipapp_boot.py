@@ -18,6 +18,8 @@ from typing import Any, TypedDict
 
 NATIVE_PREFIX = "native/"
 SITE_DIR = "site"
+#: the build's full manifest at the archive's root (build_zipapp.py writes it)
+MANIFEST_NAME = "lambo_pyz.json"
 # Another build's unpacked directory goes once no archive has started from it for this long.
 STALE_BUILD_AGE_S = 30 * 24 * 3600.0
 
@@ -185,14 +187,43 @@ class NativeUnpacker:
         return removed
 
 
+def installed_unpacker() -> NativeUnpacker | None:
+    """The unpacker ``install`` put on ``sys.meta_path``: set only when this process runs
+    from a lambo archive."""
+    for finder in sys.meta_path:
+        if isinstance(finder, NativeUnpacker):
+            return finder
+    return None
+
+
+def running_archive() -> str | None:
+    """The absolute path of the archive this process runs from, or None (an installed lambo)."""
+    unpacker = installed_unpacker()
+    return None if unpacker is None else os.path.abspath(unpacker.archive)
+
+
+def archive_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """An archive's full manifest (``lambo_pyz.json``), or None when the file is not a lambo
+    archive (no zip, no manifest, not JSON)."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            data = json.loads(zf.read(MANIFEST_NAME))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def install(
     archive: str, manifest: Manifest, env: Mapping[str, str] | None = None
 ) -> NativeUnpacker:
     """Put the archive's ``site/`` first on ``sys.path`` (and its root, for the dist-infos)
     and the unpacker first on ``sys.meta_path``. A second call returns the first unpacker."""
-    for finder in sys.meta_path:
-        if isinstance(finder, NativeUnpacker):
-            return finder
+    installed = installed_unpacker()
+    if installed is not None:
+        return installed
     site = os.path.join(archive, SITE_DIR)
     if site not in sys.path:
         sys.path.insert(0, site)
@@ -203,8 +234,10 @@ def install(
     return unpacker
 
 
-def run(archive: str, manifest: Manifest) -> int:
-    """The archive's entry: check the interpreter, install the unpacker, run the CLI."""
+def boot(archive: str, manifest: Manifest) -> int:
+    """The archive's start: check the interpreter and install the unpacker. 0 when the CLI
+    may run (the archive's ``__main__`` then imports it, so this module never imports the
+    CLI), else the exit status, said on stderr."""
     problem = incompatibility(manifest)
     if problem:
         print(f"lambo: {problem}", file=sys.stderr)
@@ -219,6 +252,4 @@ def run(archive: str, manifest: Manifest) -> int:
             file=sys.stderr,
         )
         return 1
-    from lambo_core.cli import main
-
-    return main()
+    return 0

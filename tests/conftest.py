@@ -18,7 +18,15 @@ pytest_plugins = ["tests.setup_home"]
 
 # What lambo reads from the environment besides LAMBO_* (tests/test_environment.py fails on any
 # other the source reads): a developer's values must not leak into a test.
-FOREIGN_VARIABLES = ("XDG_RUNTIME_DIR", "CODEX_HOME", "PI_CODING_AGENT_DIR")
+FOREIGN_VARIABLES = (
+    "XDG_RUNTIME_DIR",
+    "CODEX_HOME",
+    "PI_CODING_AGENT_DIR",
+    # `lambo setup` passes these on when LAMBO_HOME is unset (setup_launch.XDG_DIRS)
+    "XDG_DATA_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+)
 
 
 def inherited_variables(environ: Mapping[str, str]) -> list[str]:

@@ -3,9 +3,13 @@ project named ``myproj``, and the printed form of an entry without its comment l
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from lambo_core.setup_launch import running_launcher
 
 
 @pytest.fixture
@@ -26,3 +30,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def body(printed: str) -> str:
     """The printed form without its comment lines."""
     return "\n".join(line for line in printed.splitlines() if not line.startswith("#"))
+
+
+def lambo_entry(session: str = "myproj", **env: str) -> dict[str, Any]:
+    """The command entry `lambo setup` writes from this test process: the lambo this Python
+    runs (``setup_launch.running_launcher``; its choice is tested on its own) and the
+    variables set, LAMBO_HOME (the autouse fixture's) and ``env``."""
+    launcher = running_launcher()
+    variables = {"LAMBO_HOME": os.environ["LAMBO_HOME"], **env}
+    return {
+        "command": launcher.command,
+        "args": [*launcher.prefix, "serve", "--session", session],
+        "env": dict(sorted(variables.items())),
+    }

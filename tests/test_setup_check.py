@@ -5,6 +5,8 @@ and a clean machine."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from click.testing import CliRunner, Result
 
 from lambo_core.cli import cli
 from lambo_core.setup_check import check_report
+from lambo_core.setup_clients import setup_client
 
 URL = "http://127.0.0.1:7700/mcp/s/myproj"
 COMMAND = {"command": "lambo", "args": ["serve", "--session", "myproj"]}
@@ -261,3 +264,67 @@ def test_check_report_follows_home_and_cwd_given(tmp_path: Path) -> None:
     report, flagged = check_report(home, project, env={})
     assert flagged
     assert "~/.cursor/mcp.json holds command beside url" in report
+
+
+# ------------------------------------------------------------------ commands that cannot start
+
+
+def test_a_command_that_cannot_start_is_flagged_with_its_fix(home: Path, tmp_path: Path) -> None:
+    project = Path.cwd()
+    plain = tmp_path / "not-executable"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    put_json(home / ".cursor" / "mcp.json", servers({"command": "/gone/bin/lambo", "args": []}))
+    put_json(project / ".mcp.json", servers({"command": str(plain), "args": ["serve"]}))
+    python = os.path.abspath(sys.executable)
+    put_json(
+        home / ".pi" / "agent" / "mcp.json",
+        servers({"command": python, "args": ["/gone/lambo.pyz", "serve"]}),
+    )
+    put_json(
+        home / ".claude.json",
+        {
+            **servers({"command": "lambo", "args": ["serve"]}),
+            "projects": {"/elsewhere": servers({"command": "/gone/too", "args": []})},
+        },
+    )
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    report, flagged = check_report(home, project, env={}, search_path=str(empty))
+    assert flagged
+    lines = report.splitlines()
+    got = lines[lines.index("flagged:") + 1 :]
+    fix = "the client cannot start lambo. Fix: "
+    assert (
+        f"  ~/.cursor/mcp.json runs /gone/bin/lambo, which does not exist: {fix}"
+        "`lambo setup cursor --write`, run by the lambo you use, writes its path"
+    ) in got
+    assert (
+        f"  {project / '.mcp.json'} runs {plain}, which is not an executable file: {fix}"
+        "`lambo setup generic --write`, run by the lambo you use, writes its path"
+    ) in got
+    assert (
+        f"  ~/.pi/agent/mcp.json runs the archive /gone/lambo.pyz, which does not exist: {fix}"
+        "`lambo setup pi --write`, run by the lambo you use, writes its path"
+    ) in got
+    assert (
+        "  ~/.claude.json (user scope) runs `lambo` by name, and no lambo is on PATH here: "
+        f"{fix}`lambo setup claude`, run by the lambo you use, prints the `claude mcp add` for it"
+    ) in got
+    assert not any("/gone/too" in line for line in got)  # another project: listed, not judged
+    assert report.endswith("5 layers name lambo; 5 flagged\n")  # 4 + the disagreement
+
+
+def test_a_bare_command_on_path_and_an_entry_setup_wrote_are_not_flagged(
+    home: Path, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lambo").write_text("#!/bin/sh\n")
+    (bin_dir / "lambo").chmod(0o755)
+    put_json(home / ".cursor" / "mcp.json", servers(COMMAND))
+    report, flagged = check_report(home, Path.cwd(), env={}, search_path=str(bin_dir))
+    assert not flagged, report
+    setup_client("cursor", write=True, session="myproj")
+    report, flagged = check_report(home, Path.cwd(), env={}, search_path=str(tmp_path / "none"))
+    assert not flagged, report  # the absolute path runs whatever PATH says

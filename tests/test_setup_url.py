@@ -16,7 +16,7 @@ from lambo_core.cli import cli
 from lambo_core.errors import ParameterError
 from lambo_core.setup_clients import setup_client
 from lambo_core.setup_url import URL_EXAMPLE, ServerUrl, check_url, url_warnings
-from tests.setup_home import body
+from tests.setup_home import body, lambo_entry
 
 URL = "http://127.0.0.1:7700/mcp/s/myproj"
 SECRET = "s3cr3t-token-value"
@@ -130,10 +130,7 @@ def test_write_replaces_a_command_entry_and_keeps_the_rest(home: Path) -> None:
     setup_client("cursor", url=URL, token_env="LAMBO_TOKEN", write=True)
     back = setup_client("cursor", write=True)
     assert "replaces the whole url entry" in back
-    assert json.loads(path.read_text())["mcpServers"] == {
-        "github": other,
-        "lambo": {"command": "lambo", "args": ["serve", "--session", "myproj"]},
-    }
+    assert json.loads(path.read_text())["mcpServers"] == {"github": other, "lambo": lambo_entry()}
     again = setup_client("cursor", write=True)
     assert "already holds this lambo entry; nothing written" in again
 
@@ -190,7 +187,7 @@ def test_write_codex_swaps_command_for_url(home: Path) -> None:
 def test_pi_command_form_and_its_agent_dir(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    entry = {"command": "lambo", "args": ["serve", "--session", "myproj"]}
+    entry = lambo_entry()
     assert json.loads(body(setup_client("pi"))) == {"mcpServers": {"lambo": entry}}
     setup_client("pi", write=True)
     assert json.loads((home / ".pi" / "agent" / "mcp.json").read_text()) == {
@@ -269,7 +266,7 @@ def test_url_with_a_user_or_password_is_refused_without_echo() -> None:
 
 def test_flags_that_do_not_go_with_url(home: Path) -> None:
     pyz = Path("lambo.pyz")
-    pyz.write_bytes(b"PK")
+    pyz.write_bytes(b"PK")  # refused for going with --url before it is read
     with pytest.raises(ParameterError, match="--url and --pyz do not go together"):
         setup_client("cursor", url=URL, pyz=str(pyz))
     with pytest.raises(ParameterError, match="--url and --session do not go together"):

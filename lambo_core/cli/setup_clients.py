@@ -7,14 +7,19 @@ import sys
 
 import click
 
-from .common import reports_errors
+from .common import Context, reports_errors
 
 CLIENT_NAMES = ["claude", "cursor", "codex", "pi", "generic"]
 
 
 @click.command("setup")
 @click.argument("client", type=click.Choice(CLIENT_NAMES), required=False, metavar="[CLIENT]")
-@click.option("--pyz", metavar="PATH", help="run the server as `python3 PATH serve ...`")
+@click.option(
+    "--pyz",
+    metavar="PATH",
+    help="run the server from this .pyz: `/abs/python /abs/PATH serve ...` (a Python the "
+    "archive was built for)",
+)
 @click.option("--session", help="the session the client serves (default: this directory's name)")
 @click.option(
     "--url",
@@ -40,8 +45,10 @@ CLIENT_NAMES = ["claude", "cursor", "codex", "pi", "generic"]
     help="list every config layer on this machine that names lambo (takes no CLIENT); "
     "exit 1 when one is flagged",
 )
+@click.pass_context
 @reports_errors
 def setup_cmd(
+    ctx: click.Context,
     client: str | None,
     pyz: str | None,
     session: str | None,
@@ -53,11 +60,17 @@ def setup_cmd(
     """Print (or with --write, merge) the MCP config that runs lambo for CLIENT (claude,
     cursor, codex, pi or generic), or with --url points CLIENT at an HTTP serve.
 
+    The entry runs this lambo by absolute path (the console script, `python -m lambo_core`,
+    or the .pyz with the Python running it), so a client with another PATH finds it, and
+    sets the LAMBO_* settings in effect (LAMBO_HOME, LAMBO_CONFIG, the store and model
+    ones; relative paths made absolute). Never a token or a DSN. What was chosen, and what
+    was left out, is said on stderr.
+
     --check lists each layer that names lambo (the project .mcp.json, ~/.claude.json,
     Cursor's, Codex's, Pi's and OMP's files) with its form (command, url or both) and
     target. It flags a layer holding command beside url, layers that name lambo
-    differently, and a file that does not parse. Exit status: 0 when nothing is
-    flagged, 1 when something is.
+    differently, a command (or .pyz) that does not exist or cannot run, and a file that
+    does not parse. Exit status: 0 when nothing is flagged, 1 when something is.
 
     \b
     Examples:
@@ -95,9 +108,20 @@ def setup_cmd(
         raise ParameterError(f"lambo setup needs a CLIENT ({', '.join(CLIENT_NAMES)}), or --check")
     from ..setup_clients import setup_client
 
+    root = ctx.find_root().obj
+    notes: list[str] = []
     printed = setup_client(
-        client, session=session, pyz=pyz, url=url, token_env=token_env, write=write
+        client,
+        session=session,
+        pyz=pyz,
+        url=url,
+        token_env=token_env,
+        write=write,
+        config_path=root.config_path if isinstance(root, Context) else None,
+        note=notes.append,
     )
+    for line in notes:  # only once the entry is made: a refusal says nothing else
+        click.echo(f"lambo: {line}", err=True)
     click.echo(printed, nl=False)
     if url is not None:
         from ..setup_url import ServerUrl, url_warnings

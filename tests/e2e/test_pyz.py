@@ -25,81 +25,10 @@ from mcp import Client, StdioServerParameters
 
 from lambo_core import zipapp_boot
 from lambo_core.paths import resolve_paths
+from tests.e2e.conftest import manifest_of
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD_TIMEOUT_S = 1800
-
-
-# --------------------------------------------------------------------------- the archive
-
-
-@pytest.fixture(scope="session")
-def pyz() -> Path:
-    """dist/lambo-<version>-<tag>-<platform>.pyz, built unless dist/ already holds one built
-    from this checkout (build_zipapp.py --if-stale; the dependencies stay staged in build/)."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "build_zipapp.py"), "--if-stale"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT_S,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    path = Path(out.stdout.strip().splitlines()[-1])
-    assert path.is_file() and path.parent == ROOT / "dist", out.stdout
-    return path
-
-
-def manifest_of(archive: Path) -> dict[str, Any]:
-    with zipfile.ZipFile(archive) as zf:
-        return dict(json.loads(zf.read("lambo_pyz.json")))
-
-
-def _lacks_our_deps(argv: list[str], cache_tag: str) -> bool:
-    probe = "import sys; print(sys.implementation.cache_tag); import numpy"
-    try:
-        out = subprocess.run(
-            [*argv, "-c", probe],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env={"PATH": "/usr/bin:/bin"},
-        )
-    except OSError:
-        return False
-    return (
-        out.stdout.strip() == cache_tag
-        and out.returncode != 0
-        and "No module named 'numpy'" in out.stderr
-    )
-
-
-@pytest.fixture(scope="session")
-def bare_python(pyz: Path) -> list[str]:
-    """A Python of the archive's version with none of lambo's dependencies: the system's
-    python3.11 / python3 when they qualify (``import numpy`` must fail), else this venv's
-    interpreter with ``-I -S`` (no site-packages at all)."""
-    tag = manifest_of(pyz)["cache_tag"]
-    minor = tag.removeprefix("cpython-")
-    version = f"{minor[0]}.{minor[1:]}"
-    seen: set[str] = set()
-    for name in (f"/usr/bin/python{version}", "/usr/bin/python3", f"python{version}", "python3"):
-        found = shutil.which(name, path="/usr/bin:/bin:/usr/local/bin")
-        if found and found not in seen:
-            seen.add(found)
-            if _lacks_our_deps([found], tag):
-                return [found]
-    fallback = [sys.executable, "-I", "-S"]
-    assert _lacks_our_deps(fallback, tag), "even `python -I -S` imports numpy"
-    return fallback
-
-
-@pytest.fixture(autouse=True)
-def drop_unpacked(tmp_path: Path) -> Iterator[None]:
-    """Each test unpacks ~170 MB under its tmp_path; pytest keeps recent tmp dirs, so drop it."""
-    yield
-    for cache in tmp_path.glob("*/cache/pyz"):
-        shutil.rmtree(cache, ignore_errors=True)
+# the archive and a Python without lambo's dependencies: tests/e2e/conftest.py
+pytestmark = pytest.mark.usefixtures("drop_unpacked")
 
 
 def bare_env(home: Path) -> dict[str, str]:
