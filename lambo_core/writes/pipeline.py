@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,14 @@ from ..scoped_intent import opened, settled_form
 from ..session import Session
 from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .builder import plan_write
-from .embedding import WriteEmbedding
+from .embedding import (
+    DEFAULT_EMBED_BATCH,
+    MAX_BATCH_CHARS,
+    Prepared,
+    WriteEmbedding,
+    batch_size,
+    batch_texts,
+)
 from .faults import KEPT_FOR_REPLAY, STORE_REFUSED_WRITE, HandedOn, NotPending, TransientFailure
 from .layer_writes import ack_warnings
 from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
@@ -54,8 +62,11 @@ class WritePipeline:
         *,
         embed_wait_s: float | None = None,
         edge_min_age_s: float = DEFAULT_EDGE_MIN_AGE_S,
+        embed_batch: int = DEFAULT_EMBED_BATCH,
     ) -> None:
         self.session = session
+        # [writes] embed_batch: the most queued writes one embedder call takes (1: each alone)
+        self.embed_batch = max(1, embed_batch)
         self.edge_min_age_s = edge_min_age_s  # canonization_edge_min_age, for the stale report
         self._admit_lock = threading.Lock()
         self._queue: queue.Queue[WriteIntent | None] = queue.Queue()
@@ -67,7 +78,12 @@ class WritePipeline:
         self._stopping = threading.Event()
         self._embedding = WriteEmbedding(session, embed_wait_s, self._stopping)
         self._write_behind = AccessCountFlush(session, self.health, self._lease_lost)
-        self._handed_on: WriteIntent | None = None  # the write the worker gave back at stop
+        # Writes the worker took from the queue and has not applied, in order: the rest of
+        # the batch in hand, and a write it handed back (a stop, a lost lease). The worker
+        # starts each only by taking it from here under the lock, and the stop claims them
+        # all at once (_take_unapplied), so each is applied or handed on, never both.
+        self._held: deque[WriteIntent] = deque()
+        self._claimed = False  # the stop took what was held: nothing more is held
         # Why the store fenced this writer out (its lease passed to another writer), once it
         # has: from then on nothing is written, admitted or acked here (see _lease_lost).
         self._fenced: str | None = None
@@ -166,11 +182,13 @@ class WritePipeline:
 
     def _take_unapplied(self) -> list[WriteIntent]:
         """Every queued write the worker will not apply, in the order they were acked (the
-        one it handed back first: it sets that only once it has let go of it)."""
-        left: list[WriteIntent] = []
-        handed_on, self._handed_on = self._handed_on, None
-        if handed_on is not None:
-            left.append(handed_on)
+        ones it holds first: taken from the queue before the rest)."""
+        with self._idle:
+            left = list(self._held)
+            self._held.clear()
+            self._claimed = True
+            self._in_flight -= len(left)
+            self._idle.notify_all()
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -358,33 +376,117 @@ class WritePipeline:
 
     def _run(self) -> None:
         while not self._stopping.is_set() and self._fenced is None:
-            waiting = self._queue.qsize() > 0  # the next write follows the last back to back
-            try:
-                intent = self._queue.get(timeout=self._next_wait())
-            except queue.Empty:
-                self.rates.idle()
-                if not self._stopping.is_set():
-                    self._run_due()
-                continue
+            # the next write follows the last back to back
+            waiting = self._queue.qsize() > 0 or bool(self._held)
+            intent = self._next_held()
             if intent is None:
-                continue  # close() woke us: the loop's test says whether to stop
+                try:
+                    intent = self._queue.get(timeout=self._next_wait())
+                except queue.Empty:
+                    self.rates.idle()
+                    if not self._stopping.is_set():
+                        self._run_due()
+                    continue
+                if intent is None:
+                    continue  # close() woke us: the loop's test says whether to stop
             if self._fenced is not None:
-                self._handed_on = intent  # not attempted: the stop settles it with the rest
-                with self._idle:
-                    self._in_flight -= 1
-                    self._idle.notify_all()
+                self._hand_back(intent)  # not attempted: the stop settles it with the rest
                 return
-            try:
-                self._apply_one(intent, back_to_back=waiting)
-            finally:
-                with self._idle:
-                    self._in_flight -= 1
-                    self._idle.notify_all()
-                if intent.payload.get("_replay"):
-                    # its outcome is in the store now: waits on it ask again
-                    self.session.receipts.replay_settled()
+            self._apply_batch(intent, back_to_back=waiting)
             if not self._stopping.is_set():  # a stop runs no background job of its own
                 self._run_due()
+
+    def _next_held(self, expected: WriteIntent | None = None) -> WriteIntent | None:
+        """Take the oldest held write into the worker's hands (only ``expected``, when
+        given), or None: nothing held, or the stop claimed it."""
+        with self._lock:
+            if not self._held or (expected is not None and self._held[0] is not expected):
+                return None
+            return self._held.popleft()
+
+    def _hand_back(self, intent: WriteIntent) -> None:
+        """The worker lets go of a write it will not apply: first in line for the stop."""
+        with self._idle:
+            if not self._claimed:
+                self._held.appendleft(intent)
+                return
+            # The stop has already settled what was held; this one's intent is in the store
+            # and the next server replays it, but no receipt of this server will say so.
+            self._in_flight -= 1
+            self._idle.notify_all()
+        log.warning("write %s was handed on after the stop ended", intent.receipt_id)
+
+    def _apply_batch(self, head: WriteIntent, *, back_to_back: bool) -> None:
+        """Apply ``head`` and the writes queued behind it that fit one embedder call: their
+        texts embedded together (``WriteEmbedding.prefetch``), then each applied in its turn
+        with its own vectors, as alone. A stop or a lost lease lets the ones not reached be
+        handed on; one that fails fails alone."""
+        batch, texts = self._take_batch(head)
+        prepared: list[Prepared | None] = [None] * len(batch)
+        if len(batch) > 1:
+            try:
+                prepared = list(self._embedding.prefetch(texts))
+            except HandedOn:  # a stop ended the wait for the model: hand them all on
+                self._hand_back(head)
+                return
+        for i, (intent, ready) in enumerate(zip(batch, prepared, strict=True)):
+            if i:
+                with self._lock:
+                    if self._stopping.is_set() or self._fenced is not None:
+                        return  # the stop hands on the rest, as it does the queue
+                if self._next_held(intent) is None:
+                    return  # the stop claimed the rest while this worker was busy
+            if not self._turn(intent, ready, back_to_back=back_to_back or i > 0):
+                return  # handed back: the writes behind it wait with it
+
+    def _take_batch(self, head: WriteIntent) -> tuple[list[WriteIntent], list[list[str] | None]]:
+        """``head`` and the held or queued writes behind it, bounded by ``embed_batch``
+        writes and MAX_BATCH_CHARS characters of text; those after ``head`` stay held (a
+        stop may claim them) until their turn, and one past the bounds stays for the next."""
+        if self.embed_batch == 1 or not self.session.embeds:
+            return [head], [None]  # each write alone, as without batching
+        with self._lock:
+            while len(self._held) < self.embed_batch - 1 and not self._claimed:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:  # a None only wakes an idle worker
+                    self._held.append(item)
+            behind = list(self._held)[: self.embed_batch - 1]
+        batch, texts = [head], [self._texts_of(head)]
+        size = batch_size(texts[0] or ())
+        for intent in behind:
+            own = self._texts_of(intent)
+            size += batch_size(own or ())
+            if size > MAX_BATCH_CHARS:
+                break
+            batch.append(intent)
+            texts.append(own)
+        return batch, texts
+
+    @staticmethod
+    def _texts_of(intent: WriteIntent) -> list[str] | None:
+        payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
+        try:
+            return batch_texts(opened(payload))
+        except Exception:  # its turn fails it with the reason, as alone
+            return None
+
+    def _turn(self, intent: WriteIntent, prepared: Prepared | None, *, back_to_back: bool) -> bool:
+        """Apply one write in its turn; False when it was handed back, not settled."""
+        done = True
+        try:
+            done = self._apply_one(intent, back_to_back=back_to_back, prepared=prepared)
+        finally:
+            if done:
+                with self._idle:
+                    self._in_flight -= 1
+                    self._idle.notify_all()
+            if intent.payload.get("_replay"):
+                # its outcome is in the store now: waits on it ask again
+                self.session.receipts.replay_settled()
+        return done
 
     def flush_access_counts(self) -> int:
         """Write the access counts recalls left in RAM behind, on this (the writer's) thread;
@@ -395,21 +497,25 @@ class WritePipeline:
         """Age of the oldest change the store does not hold yet (0 when none waits)."""
         return self._write_behind.lag_ms()
 
-    def _apply_one(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
+    def _apply_one(
+        self, intent: WriteIntent, *, back_to_back: bool = False, prepared: Prepared | None = None
+    ) -> bool:
+        """Apply one write (with what a batched call made for it, if one did); False when
+        it was handed back (a stop, a lost lease), True when it settled."""
         session = self.session
         replay = bool(intent.payload.get("_replay"))
         payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
         stored_as = settled_form(payload)  # a scoped payload, without its scope once settled
         started = time.monotonic()
         if replay and self._settled_elsewhere(intent):
-            return
+            return True
         try:
             try:
                 payload = opened(payload)  # a stored form this build cannot apply fails here
-                vectors = self._embedding.vectors(payload)
+                vectors = self._embedding.vectors(payload, prepared)
             except HandedOn:
-                self._handed_on = intent  # the stop settles it with the rest of the queue
-                return
+                self._hand_back(intent)  # the stop settles it with the rest of the queue
+                return False
             with session.index.lock:
                 plan = plan_write(session, intent, payload, vectors)
             if any(c.vector is not None for c in plan.batch.concepts):
@@ -422,7 +528,7 @@ class WritePipeline:
                 self._commit(plan.batch)
             except NotPending:
                 if replay and self._settled_elsewhere(intent):
-                    return
+                    return True
                 raise TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending") from None
             try:
                 session.index.apply(plan.batch)
@@ -430,21 +536,27 @@ class WritePipeline:
                 log.exception("write %s committed but not mirrored in RAM", intent.receipt_id)
         except FencedOut as exc:  # its commit (or the contract's stamp) found the lease gone
             self._lease_lost(exc)
-            self._handed_on = intent  # not applied by this writer: the new holder replays it
-            return
+            self._hand_back(intent)  # not applied by this writer: the new holder replays it
+            return False
         except TransientFailure as exc:
             self._fail(intent, exc, keep_intent=True, replay=replay)
-            return
+            return True
         except LamboError as exc:
             self._fail(intent, exc, keep_intent=False, replay=replay)
-            return
+            return True
         except Exception as exc:  # a handler fault: the write failed, the worker lives on
             log.exception("applying write %s failed", intent.receipt_id)
             self._fail(intent, internal_fault(repr(exc)), keep_intent=False, replay=replay)
-            return
+            return True
         if plan.against_targets:
             add_stale_report(session, outcome, plan.against_targets, self.edge_min_age_s)
-        elapsed_ms = (time.monotonic() - started) * 1000.0
+        # A batched write's time is its own turn plus its share of the batch's one embedder
+        # call (by the characters of its texts); it is counted done as if the writes behind
+        # it had not been embedded yet, so back-to-back intervals add up to the real time.
+        now = time.monotonic()
+        share_ms = prepared.share_ms if prepared is not None else 0.0
+        later_ms = prepared.later_ms if prepared is not None else 0.0
+        elapsed_ms = (now - started) * 1000.0 + share_ms
         with self._lock:
             if replay:
                 self.replayed += 1
@@ -456,11 +568,13 @@ class WritePipeline:
                 (session.clock.now() - intent.created_at) * 1000.0,
                 elapsed_ms,
                 queue_was_busy=back_to_back,
+                done_at=now - later_ms / 1000.0,
             )
         log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
         session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
+        return True
 
     def _commit(self, batch: WriteBatch) -> None:
         """The one store transaction of a write; a refusal by the store itself (not by a
