@@ -370,3 +370,34 @@ def test_embed_batch_is_refused_outside_its_rule(tmp_path: Path, bad: object) ->
     text = refused.value.render()
     assert "writes.embed_batch" in text
     assert "must be at least 1" in text or "must be an integer" in text
+
+
+def test_a_lease_lost_mid_batch_hands_the_write_and_the_rest_on_in_order(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    from lambo_core.hub import LeaseKeeper
+    from tests.test_fencing import _take_over
+
+    path = tmp_path / "shared.db"
+    store = SqliteStore(path)
+    keeper = LeaseKeeper(store, "s", "old", pid=11, host="h")
+    assert keeper.try_acquire() is not None
+    emb = SteppedEmbedder(minilm, stepped=True)
+    p = WritePipeline(Session.open(store, "s", EmbedderPlan.ready(emb))).start()
+    first, receipts = held_behind_the_first(p, emb, [one(f"fenced fact {i}") for i in range(6)])
+    emb.wait_calls(2)  # inside the batch's one call
+    assert len(emb.calls[1]) == 6
+    _take_over(lambda: SqliteStore(path))  # the lease passes on while the batch embeds
+    emb.permits.release()
+    assert p._thread is not None
+    p._thread.join(DEADLINE_S)
+    assert not p._thread.is_alive() and p.fenced
+    report = p.close(DEADLINE_S, lease_held=lambda: False)
+    assert report.worker_stopped and (report.applied, report.unflushed) == (1, 6)
+    assert state(p, first) is S.APPLIED
+    assert [state(p, r) for r in receipts] == [S.CLOSE_UNFLUSHED] * 6
+    assert p._in_flight == 0
+    # the new holder finds all six owed, in their order, none applied by the old one
+    assert [i.receipt_id for i in store.pending_intents("s")] == receipts
+    assert sorted(c.content for c in store.concepts("s")) == ["the write in hand before the batch"]
+    store.close()
