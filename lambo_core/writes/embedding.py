@@ -27,9 +27,9 @@ from .faults import HandedOn, TransientFailure
 
 log = logging.getLogger(__name__)
 
-#: [writes] embed_batch's default: the most queued writes one embedder call takes.
-_DEFAULT = KEYS_BY_DOTTED["writes.embed_batch"].default
-DEFAULT_EMBED_BATCH = _DEFAULT if isinstance(_DEFAULT, int) else 32
+#: [writes] embed_batch's default (the schema holds it): the most queued writes one
+#: embedder call takes.
+DEFAULT_EMBED_BATCH = int(str(KEYS_BY_DOTTED["writes.embed_batch"].default))
 
 #: The most text (characters, every framed text of every write) one batched call takes:
 #: about 16k tokens at ~4 characters a token, the padded tokens of one full model run of
