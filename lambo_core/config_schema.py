@@ -363,6 +363,16 @@ KEYS: tuple[Key, ...] = (
         minimum=1,
         maximum=100_000_000,
     ),
+    # [writes]; 32 one-concept derives fill one model run of embedder.batch_size's default
+    Key(
+        "writes",
+        "embed_batch",
+        32,
+        "most queued writes the apply worker embeds in one embedder call (their texts at most "
+        "64 KiB together), each then applied in its turn; 1 embeds each write alone",
+        minimum=1,
+        maximum=1024,
+    ),
     # [serve]: its own module, the longest section
     *SERVE_KEYS,
 )

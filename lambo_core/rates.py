@@ -58,9 +58,18 @@ class WriteRates:
         self.probe_wide: float | None = None
         self.probe_ran = False
 
-    def applied(self, ack_to_applied_ms: float, work_ms: float, *, queue_was_busy: bool) -> None:
-        """One of this server's own writes applied (replays are not its own work)."""
-        now = time.monotonic()
+    def applied(
+        self,
+        ack_to_applied_ms: float,
+        work_ms: float,
+        *,
+        queue_was_busy: bool,
+        done_at: float | None = None,
+    ) -> None:
+        """One of this server's own writes applied (replays are not its own work). ``done_at``
+        (time.monotonic) is when it counts as done, for a write of a batch whose embedding
+        ran before it (default: now)."""
+        now = time.monotonic() if done_at is None else done_at
         with self._lock:
             self._ack_ms.append(ack_to_applied_ms)
             self._work_ms.append(work_ms)

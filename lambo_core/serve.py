@@ -111,7 +111,9 @@ def open_service(
         allow_embedding_mismatch=options.allow_embedding_mismatch,
     )
     pipeline = WritePipeline(
-        session, edge_min_age_s=float(config.get("canonization.edge_min_age_s"))
+        session,
+        edge_min_age_s=float(config.get("canonization.edge_min_age_s")),
+        embed_batch=int(config.get("writes.embed_batch")),
     ).start(probe=probe)
     # The daemon's cycles run on the pipeline's writer thread, every cycle_interval_s.
     daemon = Daemon(session, config).attach(pipeline)

@@ -264,9 +264,8 @@ def test_open_service_lists_the_stores_contradictions_at_start(
         assert daemon.listed(schema) and not daemon.listed(accounts)
         assert daemon.listing == daemon.listed
         assert daemon.counters()["canonization_cycles"] == 0
-        (job,) = [
-            p for p in service.pipeline._periodic if p.job != service.pipeline.flush_access_counts
-        ]
+        jobs = service.pipeline.periodic.jobs
+        (job,) = [p for p in jobs if p.job != service.pipeline.flush_access_counts]
         assert job.interval_s == 60.0
     finally:
         stop_service(service)

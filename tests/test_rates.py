@@ -66,6 +66,21 @@ def test_the_drain_rate_is_measured_over_back_to_back_applies() -> None:
     assert rate is not None and rate > 0
 
 
+def test_writes_of_a_batch_count_done_when_their_share_of_its_embedding_is_spent() -> None:
+    # A batch's writes settle moments apart after one embedder call made all their vectors:
+    # each counts done at the time it would have alone (the pipeline passes done_at), so
+    # the drain rate is the real one (here 20 writes/s), not the gap between two settles.
+    import time
+
+    rates = WriteRates()
+    base = time.monotonic()
+    for k in range(OBSERVED_MIN + 1):
+        rates.applied(10.0, 50.0, queue_was_busy=True, done_at=base + 0.05 * k)
+    keys = rates.keys()
+    assert keys["write_queue_items_per_sec"] == pytest.approx(20.0)
+    assert keys["write_queue_serial_items_per_sec"] == pytest.approx(20.0)
+
+
 def test_run_probe_times_serial_rounds_and_four_at_once() -> None:
     calls: list[list[str]] = []
     lock = threading.Lock()

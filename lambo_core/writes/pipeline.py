@@ -12,11 +12,11 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from ..admission import NOTHING_WRITTEN, Admitted, admit_action, admit_derive
+from ..admission import Admitted, admit_action, admit_derive
 from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
 from ..cross_refs import CrossSession
 from ..errors import LamboError, StoreError, internal_fault
@@ -29,22 +29,25 @@ from ..scoped_intent import opened, settled_form
 from ..session import Session
 from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
 from .builder import plan_write
-from .embedding import WriteEmbedding
-from .faults import KEPT_FOR_REPLAY, STORE_REFUSED_WRITE, HandedOn, NotPending, TransientFailure
+from .embedding import DEFAULT_EMBED_BATCH, Prepared, WriteEmbedding, fit_batch
+from .faults import (
+    STORE_REFUSED_WRITE,
+    HandedOn,
+    NotPending,
+    TransientFailure,
+    failure_detail,
+    record_failure,
+    settled_state,
+)
 from .forget import admit_forget, apply_forget
 from .layer_writes import ack_warnings
 from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
+from .periodic import PeriodicJobs
+from .queue_keys import write_queue_keys
 from .stop_report import StopReport
 from .write_behind import ACCESS_FLUSH_INTERVAL_S, AccessCountFlush
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Periodic:
-    interval_s: float
-    job: Callable[[], object]
-    next_at: float
 
 
 class WritePipeline:
@@ -56,8 +59,11 @@ class WritePipeline:
         *,
         embed_wait_s: float | None = None,
         edge_min_age_s: float = DEFAULT_EDGE_MIN_AGE_S,
+        embed_batch: int = DEFAULT_EMBED_BATCH,
     ) -> None:
         self.session = session
+        # [writes] embed_batch: the most queued writes one embedder call takes (1: each alone)
+        self.embed_batch = max(1, embed_batch)
         self.edge_min_age_s = edge_min_age_s  # canonization_edge_min_age, for the stale report
         self._admit_lock = threading.Lock()
         self._queue: queue.Queue[WriteIntent | None] = queue.Queue()
@@ -69,7 +75,12 @@ class WritePipeline:
         self._stopping = threading.Event()
         self._embedding = WriteEmbedding(session, embed_wait_s, self._stopping)
         self._write_behind = AccessCountFlush(session, self.health, self._lease_lost)
-        self._handed_on: WriteIntent | None = None  # the write the worker gave back at stop
+        # Writes the worker took from the queue and has not applied, in order: the rest of
+        # the batch in hand, and a write it handed back (a stop, a lost lease). The worker
+        # starts each only by taking it from here under the lock, and the stop claims them
+        # all at once (_take_unapplied), so each is applied or handed on, never both.
+        self._held: deque[WriteIntent] = deque()
+        self._claimed = False  # the stop took what was held: nothing more is held
         # Why the store fenced this writer out (its lease passed to another writer), once it
         # has: from then on nothing is written, admitted or acked here (see _lease_lost).
         self._fenced: str | None = None
@@ -80,7 +91,9 @@ class WritePipeline:
         self.failed = 0
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
-        self._periodic: list[_Periodic] = []
+        self.periodic = PeriodicJobs(
+            ACCESS_FLUSH_INTERVAL_S, lambda: self._fenced is not None, self._lease_lost
+        )
         self.every(ACCESS_FLUSH_INTERVAL_S, self.flush_access_counts)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -98,14 +111,8 @@ class WritePipeline:
             target=self._run, name=f"lambo-apply-{self.session.name}", daemon=True
         )
         self._thread.start()
-        if probe and self.session.embeds and self.session.plan.lazy is not None:
-            self._probe = threading.Thread(
-                target=self._embedding.run_probe,
-                args=(self.rates,),
-                name=f"lambo-probe-{self.session.name}",
-                daemon=True,
-            )
-            self._probe.start()
+        if probe:
+            self._probe = self._embedding.start_probe(self.rates)
         return self
 
     def close(
@@ -142,12 +149,13 @@ class WritePipeline:
         stopped = worker is None or not worker.is_alive()
         left = self._take_unapplied()
         own = [i for i in left if not i.payload.get("_replay")]
-        flushed = self._final_flush(lease_held)
+        lease_ok = self._lease_ok(lease_held)
+        flushed = self._write_behind.final_flush(lease_ok)
         state = ReceiptState.INTENT_DURABLE if flushed else ReceiptState.CLOSE_UNFLUSHED
         for intent in own:
             receipts.settle(intent.receipt_id, state)
         # A retried flush that completes vouches for them after all.
-        if not flushed and own and self._retry_flush(deadline, lease_held):
+        if not flushed and own and self._write_behind.retry_final_flush(deadline, lease_ok):
             flushed = True
             for intent in own:
                 receipts.settle(intent.receipt_id, ReceiptState.INTENT_DURABLE)
@@ -168,11 +176,13 @@ class WritePipeline:
 
     def _take_unapplied(self) -> list[WriteIntent]:
         """Every queued write the worker will not apply, in the order they were acked (the
-        one it handed back first: it sets that only once it has let go of it)."""
-        left: list[WriteIntent] = []
-        handed_on, self._handed_on = self._handed_on, None
-        if handed_on is not None:
-            left.append(handed_on)
+        ones it holds first: taken from the queue before the rest)."""
+        with self._idle:
+            left = list(self._held)
+            self._held.clear()
+            self._claimed = True
+            self._in_flight -= len(left)
+            self._idle.notify_all()
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -185,29 +195,9 @@ class WritePipeline:
                     self._idle.notify_all()
         return left
 
-    def _final_flush(self, lease_held: Callable[[], bool] | None) -> bool:
-        """Whether the stop can vouch for the intents it hands on: the lease still this
-        server's and the write-behind flushed. Their intents were committed before their
-        acks, so a store refusing other writes (degraded) does not undo them."""
-        if self._fenced is not None or (lease_held is not None and not lease_held()):
-            log.warning(
-                "session %s: the lease passed to another writer before the stop",
-                self.session.name,
-            )
-            return False
-        flushed, _ = self._write_behind.flush(final=True)
-        return flushed
-
-    def _retry_flush(self, deadline: float, lease_held: Callable[[], bool] | None) -> bool:
-        pause = 0.1
-        while time.monotonic() + pause < deadline:
-            if self._fenced is not None or (lease_held is not None and not lease_held()):
-                return False  # a lost lease does not come back: nothing to retry for
-            time.sleep(pause)
-            if self._final_flush(lease_held):
-                return True
-            pause = min(pause * 2, 1.0)
-        return False
+    def _lease_ok(self, lease_held: Callable[[], bool] | None) -> Callable[[], bool]:
+        """Whether this server still holds the lease (not fenced out, and ``lease_held``)."""
+        return lambda: self._fenced is None and (lease_held is None or lease_held())
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until every queued write has been applied or failed (tests, shutdown)."""
@@ -327,69 +317,108 @@ class WritePipeline:
     def every(
         self, interval_s: float, job: Callable[[], object], *, first_in_s: float | None = None
     ) -> None:
-        """Run ``job`` on the writer thread about every ``interval_s`` seconds, the first
-        time after ``first_in_s`` (default: one interval; 0 runs it as soon as the worker is
-        free).
-
-        Background work that writes (access counts, the daemon's cycles) runs
-        here, between writes, so the session keeps exactly one writer.
-        """
-        first = interval_s if first_in_s is None else first_in_s
-        with self._lock:
-            self._periodic.append(_Periodic(interval_s, job, time.monotonic() + first))
-
-    def _run_due(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            due = [p for p in self._periodic if p.next_at <= now]
-        for periodic in due:
-            if self._fenced is not None:
-                return
-            periodic.next_at = now + periodic.interval_s
-            try:
-                periodic.job()
-            except FencedOut as exc:  # the daemon's write found the lease gone
-                self._lease_lost(exc)
-            except Exception:  # a background job's fault must not stop the writer
-                log.exception("background job %r failed", periodic.job)
-
-    def _next_wait(self) -> float:
-        with self._lock:
-            if not self._periodic:
-                return ACCESS_FLUSH_INTERVAL_S
-            soonest = min(p.next_at for p in self._periodic)
-        return max(0.0, min(ACCESS_FLUSH_INTERVAL_S, soonest - time.monotonic()))
+        """Run ``job`` on the writer thread between writes (``PeriodicJobs.every``)."""
+        self.periodic.every(interval_s, job, first_in_s=first_in_s)
 
     def _run(self) -> None:
         while not self._stopping.is_set() and self._fenced is None:
-            waiting = self._queue.qsize() > 0  # the next write follows the last back to back
-            try:
-                intent = self._queue.get(timeout=self._next_wait())
-            except queue.Empty:
-                self.rates.idle()
-                if not self._stopping.is_set():
-                    self._run_due()
-                continue
+            # the next write follows the last back to back
+            waiting = self._queue.qsize() > 0 or bool(self._held)
+            intent = self._next_held()
             if intent is None:
-                continue  # close() woke us: the loop's test says whether to stop
+                try:
+                    intent = self._queue.get(timeout=self.periodic.next_wait())
+                except queue.Empty:
+                    self.rates.idle()
+                    if not self._stopping.is_set():
+                        self.periodic.run_due()
+                    continue
+                if intent is None:
+                    continue  # close() woke us: the loop's test says whether to stop
             if self._fenced is not None:
-                self._handed_on = intent  # not attempted: the stop settles it with the rest
-                with self._idle:
-                    self._in_flight -= 1
-                    self._idle.notify_all()
+                self._hand_back(intent)  # not attempted: the stop settles it with the rest
                 return
+            self._apply_batch(intent, back_to_back=waiting)
+            if not self._stopping.is_set():  # a stop runs no background job of its own
+                self.periodic.run_due()
+
+    def _next_held(self, expected: WriteIntent | None = None) -> WriteIntent | None:
+        """Take the oldest held write into the worker's hands (only ``expected``, when
+        given), or None: nothing held, or the stop claimed it."""
+        with self._lock:
+            if not self._held or (expected is not None and self._held[0] is not expected):
+                return None
+            return self._held.popleft()
+
+    def _hand_back(self, intent: WriteIntent) -> None:
+        """The worker lets go of a write it will not apply: first in line for the stop."""
+        with self._idle:
+            if not self._claimed:
+                self._held.appendleft(intent)
+                return
+            # The stop has already settled what was held; this one's intent is in the store
+            # and the next server replays it, but no receipt of this server will say so.
+            self._in_flight -= 1
+            self._idle.notify_all()
+        log.warning("write %s was handed on after the stop ended", intent.receipt_id)
+
+    def _apply_batch(self, head: WriteIntent, *, back_to_back: bool) -> None:
+        """Apply ``head`` and the writes queued behind it that fit one embedder call: their
+        texts embedded together (``WriteEmbedding.prefetch``), then each applied in its turn
+        with its own vectors, as alone. A stop or a lost lease lets the ones not reached be
+        handed on; one that fails fails alone."""
+        batch, texts = self._take_batch(head)
+        prepared: list[Prepared | None] = [None] * len(batch)
+        if len(batch) > 1:
             try:
-                apply = self._apply_forget if intent.tool == FORGET_TOOL else self._apply_one
-                apply(intent, back_to_back=waiting)
-            finally:
+                prepared = list(self._embedding.prefetch(texts))
+            except HandedOn:  # a stop ended the wait for the model: hand them all on
+                self._hand_back(head)
+                return
+        for i, (intent, ready) in enumerate(zip(batch, prepared, strict=True)):
+            if i:
+                with self._lock:
+                    if self._stopping.is_set() or self._fenced is not None:
+                        return  # the stop hands on the rest, as it does the queue
+                if self._next_held(intent) is None:
+                    return  # the stop claimed the rest while this worker was busy
+            if not self._turn(intent, ready, back_to_back=back_to_back or i > 0):
+                return  # handed back: the writes behind it wait with it
+
+    def _take_batch(self, head: WriteIntent) -> tuple[list[WriteIntent], list[list[str] | None]]:
+        """``head`` and the held or queued writes behind it, bounded by ``embed_batch``
+        writes and MAX_BATCH_CHARS characters of text; those after ``head`` stay held (a
+        stop may claim them) until their turn, and one past the bounds stays for the next."""
+        if self.embed_batch == 1 or not self.session.embeds:
+            return [head], [None]  # each write alone, as without batching
+        with self._lock:
+            while len(self._held) < self.embed_batch - 1 and not self._claimed:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:  # a None only wakes an idle worker
+                    self._held.append(item)
+            behind = list(self._held)[: self.embed_batch - 1]
+        return fit_batch([head, *behind])
+
+    def _turn(self, intent: WriteIntent, prepared: Prepared | None, *, back_to_back: bool) -> bool:
+        """Apply one write in its turn; False when it was handed back, not settled."""
+        done = True
+        try:
+            if intent.tool == FORGET_TOOL:
+                done = self._apply_forget(intent)
+            else:
+                done = self._apply_one(intent, back_to_back=back_to_back, prepared=prepared)
+        finally:
+            if done:
                 with self._idle:
                     self._in_flight -= 1
                     self._idle.notify_all()
-                if intent.payload.get("_replay"):
-                    # its outcome is in the store now: waits on it ask again
-                    self.session.receipts.replay_settled()
-            if not self._stopping.is_set():  # a stop runs no background job of its own
-                self._run_due()
+            if intent.payload.get("_replay"):
+                # its outcome is in the store now: waits on it ask again
+                self.session.receipts.replay_settled()
+        return done
 
     def flush_access_counts(self) -> int:
         """Write the access counts recalls left in RAM behind, on this (the writer's) thread;
@@ -400,21 +429,25 @@ class WritePipeline:
         """Age of the oldest change the store does not hold yet (0 when none waits)."""
         return self._write_behind.lag_ms()
 
-    def _apply_one(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
+    def _apply_one(
+        self, intent: WriteIntent, *, back_to_back: bool = False, prepared: Prepared | None = None
+    ) -> bool:
+        """Apply one write (with what a batched call made for it, if one did); False when
+        it was handed back (a stop, a lost lease), True when it settled."""
         session = self.session
         replay = bool(intent.payload.get("_replay"))
         payload = {k: v for k, v in intent.payload.items() if k != "_replay"}
         stored_as = settled_form(payload)  # a scoped payload, without its scope once settled
         started = time.monotonic()
         if replay and self._settled_elsewhere(intent):
-            return
+            return True
         try:
             try:
                 payload = opened(payload)  # a stored form this build cannot apply fails here
-                vectors = self._embedding.vectors(payload)
+                vectors = self._embedding.vectors(payload, prepared)
             except HandedOn:
-                self._handed_on = intent  # the stop settles it with the rest of the queue
-                return
+                self._hand_back(intent)  # the stop settles it with the rest of the queue
+                return False
             with session.index.lock:
                 plan = plan_write(session, intent, payload, vectors)
             if any(c.vector is not None for c in plan.batch.concepts):
@@ -427,7 +460,7 @@ class WritePipeline:
                 self._commit(plan.batch)
             except NotPending:
                 if replay and self._settled_elsewhere(intent):
-                    return
+                    return True
                 raise TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending") from None
             try:
                 session.index.apply(plan.batch)
@@ -435,21 +468,27 @@ class WritePipeline:
                 log.exception("write %s committed but not mirrored in RAM", intent.receipt_id)
         except FencedOut as exc:  # its commit (or the contract's stamp) found the lease gone
             self._lease_lost(exc)
-            self._handed_on = intent  # not applied by this writer: the new holder replays it
-            return
+            self._hand_back(intent)  # not applied by this writer: the new holder replays it
+            return False
         except TransientFailure as exc:
             self._fail(intent, exc, keep_intent=True, replay=replay)
-            return
+            return True
         except LamboError as exc:
             self._fail(intent, exc, keep_intent=False, replay=replay)
-            return
+            return True
         except Exception as exc:  # a handler fault: the write failed, the worker lives on
             log.exception("applying write %s failed", intent.receipt_id)
             self._fail(intent, internal_fault(repr(exc)), keep_intent=False, replay=replay)
-            return
+            return True
         if plan.against_targets:
             add_stale_report(session, outcome, plan.against_targets, self.edge_min_age_s)
-        elapsed_ms = (time.monotonic() - started) * 1000.0
+        # A batched write's time is its own turn plus its share of the batch's one embedder
+        # call (by the characters of its texts); it is counted done as if the writes behind
+        # it had not been embedded yet, so back-to-back intervals add up to the real time.
+        now = time.monotonic()
+        share_ms = prepared.share_ms if prepared is not None else 0.0
+        later_ms = prepared.later_ms if prepared is not None else 0.0
+        elapsed_ms = (now - started) * 1000.0 + share_ms
         with self._lock:
             if replay:
                 self.replayed += 1
@@ -461,35 +500,39 @@ class WritePipeline:
                 (session.clock.now() - intent.created_at) * 1000.0,
                 elapsed_ms,
                 queue_was_busy=back_to_back,
+                done_at=now - later_ms / 1000.0,
             )
         log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
         session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
+        return True
 
-    def _apply_forget(self, intent: WriteIntent, *, back_to_back: bool = False) -> None:
-        """A forget intent (``writes/forget.py``), its failures handled as a write's are."""
+    def _apply_forget(self, intent: WriteIntent) -> bool:
+        """A forget intent (``writes/forget.py``), its failures handled as a write's are;
+        False when it was handed back (a lost lease)."""
         replay = bool(intent.payload.get("_replay"))
         try:
             outcome = apply_forget(self.session, intent, self.health)
         except FencedOut as exc:
             self._lease_lost(exc)
-            self._handed_on = intent
-            return
+            self._hand_back(intent)
+            return False
         except NotPending:
             if not (replay and self._settled_elsewhere(intent)):
                 failure = TransientFailure(STORE_REFUSED_WRITE, detail="intent not pending")
                 self._fail(intent, failure, keep_intent=True, replay=replay)
-            return
+            return True
         except LamboError as exc:
             self._fail(intent, exc, keep_intent=isinstance(exc, TransientFailure), replay=replay)
-            return
+            return True
         with self._lock:
             self.replayed, self.replay_owed = self.replayed + replay, self.replay_owed - replay
             self.applied += not replay
         self.session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
+        return True
 
     def _commit(self, batch: WriteBatch) -> None:
         """The one store transaction of a write; a refusal by the store itself (not by a
@@ -506,49 +549,24 @@ class WritePipeline:
         self.health.wrote()
 
     def _settled_elsewhere(self, intent: WriteIntent) -> bool:
-        """Whether a replayed intent was settled since it was queued (an earlier holder
-        applied it before it let go): then it is counted replayed and never applied twice;
-        a wait on its receipt reads the outcome from the store."""
-        try:
-            stored = self.session.store.get_intent(intent.receipt_id)
-        except LamboError as exc:
-            log.warning("replay %s: intent not readable: %s", intent.receipt_id, exc.detail)
+        """Whether a replayed intent was settled since it was queued (``settled_state``):
+        then it is counted replayed and never applied twice."""
+        state = settled_state(self.session, intent)
+        if state is None:
             return False
-        if stored is None or stored.state is IntentState.PENDING:
-            return False
-        log.info(
-            "replay %s: already settled %s in the store; not applied again",
-            intent.receipt_id,
-            stored.state.value,
-        )
         with self._lock:
             self.replay_owed -= 1
-            if stored.state is IntentState.APPLIED:
-                self.replayed += 1
+            self.replayed += state is IntentState.APPLIED
         return True
 
     def _fail(
         self, intent: WriteIntent, exc: LamboError, *, keep_intent: bool, replay: bool
     ) -> None:
         session = self.session
-        if exc.detail:
-            log.warning("write %s failed: %s", intent.receipt_id, exc.detail)
-        detail = exc.render()
-        if keep_intent:
-            # Not "nothing was written" alone: a later server applies it from its intent.
-            detail = detail.removesuffix(NOTHING_WRITTEN) + KEPT_FOR_REPLAY
-        elif not detail.endswith(NOTHING_WRITTEN):
-            detail += NOTHING_WRITTEN
+        detail = failure_detail(intent, exc, keep_intent)
         if not keep_intent:
-            stored = {k: v for k, v in intent.payload.items() if k != "_replay"}
             try:
-                session.store.settle_intent(
-                    intent.receipt_id,
-                    "failed",
-                    {"detail": detail},
-                    session.clock.now(),
-                    payload=settled_form(stored),
-                )
+                record_failure(session, intent, detail)
             except FencedOut as store_exc:
                 self._lease_lost(store_exc)
             except LamboError as store_exc:
@@ -567,29 +585,11 @@ class WritePipeline:
             )
         session.receipts.settle(intent.receipt_id, ReceiptState.FAILED, detail, {})
 
-    # -- lambo_stats -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """The write_queue_* keys, every figure measured (or null until it is)."""
-        book = self.session.receipts.stats()
         with self._lock:
             replayed, owed = self.replayed, self.replay_owed
-        keys: dict[str, Any] = {
-            "write_queue_bound": book.bound,
-            "write_queue_lane_bound": book.lane_bound,
-            **self.rates.keys(),
-            "write_queue_outstanding": book.outstanding,
-            "write_queue_accepted": book.accepted,
-            "write_queue_applied": book.applied,
-            "write_queue_failed": book.failed,
-            "write_queue_abandoned": book.abandoned,
-            "write_queue_deferred": book.deferred,
-            "write_queue_replayed": replayed,
-            "write_queue_replay_owed": owed,
-            "write_queue_dropped": book.dropped,
-            "write_queue_dropped_closed": book.dropped_closed,
-            "receipts_retained": book.receipts_retained,
-        }
-        return keys
+        return write_queue_keys(self.session.receipts.stats(), self.rates, replayed, owed)
 
     def health_keys(self) -> dict[str, Any]:
         """flush_lag_ms, dead_lettered and degraded, as lambo_stats reports them."""

@@ -6,6 +6,7 @@ Counts are batched about once a second on the writer thread (spec: lambo_stats,
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -13,6 +14,8 @@ from ..errors import LamboError
 from ..health import MAX_FLUSH_ATTEMPTS, StoreHealth
 from ..session import Session
 from ..store.base import FencedOut
+
+log = logging.getLogger(__name__)
 
 ACCESS_FLUSH_INTERVAL_S = 1.0
 
@@ -69,3 +72,28 @@ class AccessCountFlush:
         """Age of the oldest change the store does not hold yet (0 when none waits)."""
         since = self.session.access_counts.pending_since()
         return 0.0 if since is None else max(0.0, (time.monotonic() - since) * 1000.0)
+
+    def final_flush(self, lease_ok: Callable[[], bool]) -> bool:
+        """Whether a stop can vouch for the intents it hands on: the lease still this
+        server's (``lease_ok``) and the counts flushed. Their intents were committed before
+        their acks, so a store refusing other writes (degraded) does not undo them."""
+        if not lease_ok():
+            log.warning(
+                "session %s: the lease passed to another writer before the stop",
+                self.session.name,
+            )
+            return False
+        flushed, _ = self.flush(final=True)
+        return flushed
+
+    def retry_final_flush(self, deadline: float, lease_ok: Callable[[], bool]) -> bool:
+        """The final flush retried, backing off, until it completes or ``deadline``."""
+        pause = 0.1
+        while time.monotonic() + pause < deadline:
+            if not lease_ok():
+                return False  # a lost lease does not come back: nothing to retry for
+            time.sleep(pause)
+            if self.final_flush(lease_ok):
+                return True
+            pause = min(pause * 2, 1.0)
+        return False
