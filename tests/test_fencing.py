@@ -34,6 +34,7 @@ from lambo_core.model import (
     Concept,
     ConceptType,
     EdgeType,
+    ForgetEvent,
     IntentState,
     Lease,
     Status,
@@ -109,6 +110,12 @@ def test_every_write_of_a_fenced_out_writer_is_refused_and_changes_nothing(store
         (
             "forget",
             lambda: store.forget(ForgetRequest(S, "op", 1.0, ("a",), ("x",), False, "r-kept")),
+        ),
+        (
+            "add_forget_event",
+            lambda: store.add_forget_event(
+                ForgetEvent(S, "op", 1.0, ("a",), ("0",), 0, False, None)
+            ),
         ),
         ("set_gc_clock", lambda: store.set_gc_clock(S, 1.0, 1)),
         ("stamp_contract", lambda: store.stamp_contract(S, {"kind": "x"})),

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from lambo_core.errors import ConfigError, StoreError
+from lambo_core.forget import ForgetRequest
 from lambo_core.model import (
     CanonizationEvent,
     Concept,
     ConceptType,
     Edge,
     EdgeType,
+    ForgetEvent,
     IntentState,
     Interaction,
     InteractionKind,
@@ -732,6 +734,28 @@ def test_canon_events(store: Store) -> None:
     store.add_canon_event(CanonizationEvent("other", node, Status.NONE, Status.CANDIDATE, None, 0))
     assert store.canon_events(S) == events
     assert len(store.canon_events("other")) == 1
+
+
+def test_forget_events_added_as_they_are(store: Store) -> None:
+    """``add_forget_event`` (what a store copy writes) keeps every field, orders by time,
+    and beside a real forget's own event; it removes and counts nothing."""
+    kept = concept(content="still here")
+    store.apply(WriteBatch(session=S, concepts=[kept]))
+    store.ensure_session("other", T0)
+    before = store.get_session(S)
+    late = ForgetEvent(S, "op-a", T0 + 9, ("gone-1", "gone-2"), ("a" * 64, "b" * 64), 3, True,
+                       "r-9")  # fmt: skip
+    early = ForgetEvent(S, "op-b", T0 + 1, (kept.id,), ("c" * 64,), 0, False, None)
+    store.add_forget_event(late)
+    store.add_forget_event(early)
+    store.add_forget_event(early)  # no key: an equal row is a second row
+    store.add_forget_event(ForgetEvent("other", "op", T0, ("x",), ("d" * 64,), 0, False, None))
+    assert store.forget_events(S) == [early, early, late]
+    assert [c.id for c in store.concepts(S)] == [kept.id]  # the ids it names are not touched
+    assert store.get_session(S) == before
+    store.forget(ForgetRequest(S, "op-c", T0 + 5, (kept.id,), (kept.content,), False, None))
+    assert [e.agent_id for e in store.forget_events(S)] == ["op-b", "op-b", "op-c", "op-a"]
+    assert len(store.forget_events("other")) == 1
 
 
 # -- leases ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,14 @@ from click.testing import CliRunner
 from lambo_core.cli import cli
 from lambo_core.cli.row_progress import RowProgress
 from lambo_core.errors import ParameterError
+from lambo_core.forget import ForgetRequest
 from lambo_core.model import (
     CanonizationEvent,
     Concept,
     ConceptType,
     Edge,
     EdgeType,
+    ForgetEvent,
     IntentState,
     Interaction,
     InteractionKind,
@@ -99,7 +102,23 @@ def fill(store: Store, session: str, concepts: int = 12, seed: int = 1) -> None:
             CanonizationEvent(session, nodes[k].id, Status.NONE, Status.CANDIDATE, k or None,
                               T0 + 10 + k)
         )  # fmt: skip
+    forget_two(store, session)
     store.set_gc_clock(session, T0 + 40, 5)
+
+
+def forget_two(store: Store, session: str) -> None:
+    """Two real forgets of concepts written for them: a forget audit of two rows (the
+    other tables' counts as they were)."""
+    doomed = [
+        Concept(f"{session}-gone{k}", session, f"pasted secret {k}", f"secret {k}",
+                ConceptType.OBSERVATION, T0 + 20 + k, T0 + 20 + k, "agent-a")
+        for k in range(3)
+    ]  # fmt: skip
+    store.apply(WriteBatch(session=session, concepts=doomed))
+    store.forget(ForgetRequest(session, "op-1", T0 + 30, (doomed[0].id, doomed[1].id),
+                               (doomed[0].content, doomed[1].content), True, None))  # fmt: skip
+    store.forget(ForgetRequest(session, "op-2", T0 + 31, (doomed[2].id,), (doomed[2].content,),
+                               False, None))  # fmt: skip
 
 
 def dump(store: Store, session: str) -> dict[str, Any]:
@@ -116,6 +135,7 @@ def dump(store: Store, session: str) -> dict[str, Any]:
         "edges": list(store.edges(session)),
         "intents": [replace(i, seq=0) for i in store.intents(session)],
         "events": store.canon_events(session),
+        "forgets": store.forget_events(session),
     }
 
 
@@ -156,12 +176,13 @@ def test_copy_moves_every_row_with_its_ids(source: Path, tmp_path: Path) -> None
     for session in ("alpha", "beta"):
         got, want = read(target, session), read(source, session)
         assert got == want
-        assert len(got["concepts"]) > 0 and all(len(got[k]) for k in ("edges", "intents"))
+        assert len(got["concepts"]) > 0
+        assert all(len(got[k]) for k in ("edges", "intents", "events", "forgets"))
     states = {i.state for i in read(target, "alpha")["intents"]}
     assert states == {IntentState.PENDING, IntentState.APPLIED, IntentState.FAILED}
     assert (
         "session alpha: interactions 3/3, concepts 12/12, edges 12/12, write_intents 4/4, "
-        "canonization_events 3/3 (--from/--to): ok"
+        "canonization_events 3/3, forget_events 2/2 (--from/--to): ok"
     ) in out
     assert "session beta:" in out and "copied 2 session(s)" in out
     # the copy released its lease in --to: a serve may take the session at once
@@ -205,13 +226,17 @@ def test_copy_continues_an_interrupted_one_and_refuses_a_conflict(
         store.apply(WriteBatch("alpha", concepts=list(part.concepts("alpha"))[:4]))
         settled = next(i for i in part.intents("alpha") if i.state is IntentState.APPLIED)
         store.add_intent(settled)
+        store.add_forget_event(part.forget_events("alpha")[1])  # the later one
     finally:
         part.close()
         store.close()
     code, out, err = run("--from", str(source), "--to", str(target), "--session", "alpha")
     assert code == 0, err
-    assert read(target, "alpha") == read(source, "alpha")
-    assert "copied 1 session(s): 29 row(s) written" in out  # 34 rows, 5 there already
+    assert read(target, "alpha") == read(source, "alpha")  # that audit row not added twice
+    assert "copied 1 session(s): 30 row(s) written" in out  # 36 rows, 6 there already
+    code, out, err = run("--from", str(source), "--to", str(target), "--session", "alpha")
+    assert code == 0, err
+    assert "0 row(s) written" in out and read(target, "alpha") == read(source, "alpha")
 
     store = SqliteStore(target)
     try:  # a row --to has that --from does not: refused, nothing written
@@ -227,6 +252,32 @@ def test_copy_continues_an_interrupted_one_and_refuses_a_conflict(
     store = SqliteStore(target)
     try:
         assert store.get_session("beta") is None and before == dict.fromkeys(TABLES, 0)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("extra", ["a second copy of one", "one --from lacks"])
+def test_a_forget_audit_row_to_has_beyond_from_refuses_the_copy(
+    extra: str, source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "to.db"
+    assert run("--from", str(source), "--to", str(target))[0] == 0
+    store = SqliteStore(target)
+    try:
+        event = store.forget_events("beta")[0]
+        if extra == "one --from lacks":
+            event = replace(event, node_ids=("beta-c00001",))
+        store.add_forget_event(event)
+        before = count_rows(store, "beta")
+    finally:
+        store.close()
+    code, _out, err = run("--from", str(source), "--to", str(target), "--session", "beta")
+    assert code == 1
+    assert "already holds session 'beta' and has 1 row(s) of table forget_events" in err
+    assert "that --from lacks" in err
+    store = SqliteStore(target)
+    try:
+        assert count_rows(store, "beta") == before and before["forget_events"] == 3
     finally:
         store.close()
 
@@ -375,18 +426,28 @@ def test_dsn_password_is_never_shown(
     assert "--to postgresql://lambo:***@127.0.0.1:9/mem" in err
 
 
+def _late_interaction(store: Store) -> None:
+    late = Interaction("late", "beta", "a", InteractionKind.ACTION, T0 + 99, T0, "late")
+    store.apply(WriteBatch("beta", interaction=late))
+
+
+def _late_forget_event(store: Store) -> None:
+    store.add_forget_event(
+        ForgetEvent("beta", "op-late", T0 + 99, ("beta-x",), ("e" * 64,), 0, False, None)
+    )
+
+
 class _WriterMeanwhile:
     """Progress that, as the copy starts writing, has another process's write land in
     --from (a writer that holds no lease): what the count check is there to catch."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, write: Callable[[Store], None]) -> None:
+        self.path, self.write = path, write
 
     def start(self, label: str, total: int) -> None:
         other = SqliteStore(self.path)
         try:
-            late = Interaction("late", "beta", "a", InteractionKind.ACTION, T0 + 99, T0, "late")
-            other.apply(WriteBatch("beta", interaction=late))
+            self.write(other)
         finally:
             other.close()
 
@@ -397,23 +458,35 @@ class _WriterMeanwhile:
         pass
 
 
-def test_a_count_that_differs_fails_naming_the_table(source: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("write", "table", "counts"),
+    [(_late_interaction, "interactions", (3, 4)), (_late_forget_event, "forget_events", (2, 3))],
+)
+def test_a_count_that_differs_fails_naming_the_table(
+    write: Callable[[Store], None],
+    table: str,
+    counts: tuple[int, int],
+    source: Path,
+    tmp_path: Path,
+) -> None:
     from lambo_core.cli.store import count_lines
     from lambo_core.store.copy import copy_sessions
 
     reader, target = SqliteStore(source), SqliteStore(tmp_path / "to.db")
     try:
         report = copy_sessions(
-            reader, target, ["beta"], target_shown="to.db", progress=_WriterMeanwhile(source)
+            reader, target, ["beta"], target_shown="to.db", progress=_WriterMeanwhile(source, write)
         )
     finally:
         reader.close()
         target.close()
-    assert report.mismatched == [("beta", "interactions")]
+    assert report.mismatched == [("beta", table)]
     out, err = count_lines(report)
-    assert "interactions 3/4" in out[0] and out[0].endswith("MISMATCH in interactions")
+    here, there = counts
+    assert f"{table} {here}/{there}" in out[0] and out[0].endswith(f"MISMATCH in {table}")
     assert err == [
-        "lambo: count check failed: session 'beta', table interactions: --from has 3 row(s), --to 4"
+        f"lambo: count check failed: session 'beta', table {table}: --from has {here} row(s), "
+        f"--to {there}"
     ]
 
 
@@ -465,12 +538,13 @@ def test_a_copy_stopped_part_way_says_so_and_a_rerun_finishes_it(
     target_path = tmp_path / "to.db"
     reader, inner = SqliteStore(source), SqliteStore(target_path)
     flaky = FlakyStore(inner)
-    flaky.refuse.add("add_canon_event")  # as a full disk would, late in the session
+    flaky.refuse.add("add_forget_event")  # as a full disk would, at the session's last table
     try:
         with pytest.raises(StoreError) as stopped:
             copy_sessions(reader, flaky, ["alpha", "beta"], target_shown="to.db")
         assert count_rows(inner, "alpha")["concepts"] == 12
-        assert count_rows(inner, "alpha")["canonization_events"] == 0
+        assert count_rows(inner, "alpha")["canonization_events"] == 3
+        assert count_rows(inner, "alpha")["forget_events"] == 0
         lease = inner.get_lease("alpha")
         assert lease is not None and lease.expires_at == 0  # released on the way out
     finally:
@@ -482,7 +556,7 @@ def test_a_copy_stopped_part_way_says_so_and_a_rerun_finishes_it(
     assert code == 0, err
     assert read(target_path, "alpha") == read(source, "alpha")
     assert read(target_path, "beta") == read(source, "beta")
-    assert "canonization_events 3/3 (--from/--to): ok" in out
+    assert "canonization_events 3/3, forget_events 2/2 (--from/--to): ok" in out
 
 
 def test_from_with_an_older_schema_is_refused_and_left_as_it_was(tmp_path: Path) -> None:

@@ -22,16 +22,74 @@ def test_round_trip_through_postgres_keeps_every_row(tmp_path: Path, pg_dsn: str
     code, out, err = run("--from", str(source), "--to", pg_dsn)
     assert code == 0, err
     assert "concepts 1200/1200" in out and "write_intents 4/4" in out
+    assert "forget_events 2/2 (--from/--to): ok" in out
     pg = open_store("postgres", None, pg_dsn)
     try:
         for session in ("alpha", "beta"):
             assert dump(pg, session) == read(source, session)
+            assert len(pg.forget_events(session)) == 2
     finally:
         pg.close()
     code, out, err = run("--from", pg_dsn, "--to", str(back))
     assert code == 0, err
+    assert "forget_events 2/2 (--from/--to): ok" in out
     for session in ("alpha", "beta"):
         assert read(back, session) == read(source, session)
+
+
+def test_an_interrupted_copy_into_postgres_adds_no_audit_row_twice(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    source = tmp_path / "from.db"
+    store = SqliteStore(source)
+    fill(store, "alpha", concepts=4)
+    store.close()
+    part, pg = SqliteStore(source), open_store("postgres", None, pg_dsn)
+    try:  # as a copy cut short after the first audit row leaves it
+        record = part.get_session("alpha")
+        assert record is not None
+        pg.ensure_session("alpha", record.created_at)
+        pg.add_forget_event(part.forget_events("alpha")[0])
+    finally:
+        part.close()
+        pg.close()
+    code, out, err = run("--from", str(source), "--to", pg_dsn)
+    assert code == 0, err
+    assert "forget_events 2/2 (--from/--to): ok" in out
+    code, out, err = run("--from", str(source), "--to", pg_dsn)
+    assert code == 0, err
+    assert "0 row(s) written" in out
+    pg = open_store("postgres", None, pg_dsn)
+    try:
+        assert dump(pg, "alpha") == read(source, "alpha")
+    finally:
+        pg.close()
+
+
+def test_a_forget_audit_count_that_differs_in_postgres_names_the_table(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    from lambo_core.cli.store import count_lines
+    from lambo_core.store.copy import copy_sessions
+    from tests.test_store_copy import _late_forget_event, _WriterMeanwhile
+
+    source = tmp_path / "from.db"
+    store = SqliteStore(source)
+    fill(store, "beta", concepts=5, seed=2)
+    store.close()
+    reader, pg = SqliteStore(source), open_store("postgres", None, pg_dsn)
+    try:
+        meanwhile = _WriterMeanwhile(source, _late_forget_event)
+        report = copy_sessions(reader, pg, ["beta"], target_shown="pg", progress=meanwhile)
+    finally:
+        reader.close()
+        pg.close()
+    assert report.mismatched == [("beta", "forget_events")]
+    _out, err = count_lines(report)
+    assert err == [
+        "lambo: count check failed: session 'beta', table forget_events: --from has 2 row(s), "
+        "--to 3"
+    ]
 
 
 def test_postgres_refusals_never_show_the_password(tmp_path: Path, pg_dsn: str) -> None:

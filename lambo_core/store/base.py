@@ -169,6 +169,11 @@ class Store(Protocol):
         nothing. Ids no longer there are skipped. Returns how many edges went."""
         ...
 
+    def add_forget_event(self, event: ForgetEvent) -> None:
+        """Add one row to the session's forget audit as it is (a store copy writes them:
+        ``forget`` records its own); removes, scrubs and counts nothing."""
+        ...
+
     def forget_events(self, session: str) -> list[ForgetEvent]:
         """The session's forget audit, oldest first."""
         ...

@@ -3,8 +3,9 @@
 Every row of a session goes, ids and fields as they are: the session record (created
 time, embedding contract, shared-layer flag, gc clock), interactions, concepts with their
 vector bytes, edges with weights and times, write intents in every state (settled ones
-with their outcome, settled time and payload) and canonization events. Writes go through
-``apply`` / ``add_intent`` / ``settle_intent`` / ``add_canon_event`` in batches.
+with their outcome, settled time and payload), canonization events and the forget audit.
+Writes go through ``apply`` / ``add_intent`` / ``settle_intent`` / ``add_canon_event`` /
+``add_forget_event`` in batches.
 
 Rules (why each is safe):
 - ``--from`` is only read (``SourceView`` has no write method), and a session a live
@@ -30,7 +31,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -39,6 +40,7 @@ from ..model import (
     CanonizationEvent,
     Concept,
     Edge,
+    ForgetEvent,
     IntentState,
     Interaction,
     Lease,
@@ -54,9 +56,17 @@ LEASE_TTL = 45.0  # as a serve's lease (hub/lease.py)
 RENEW_EVERY = 15.0
 HOLDER_AGENT = "store-copy"
 
-TABLES = ("interactions", "concepts", "edges", "write_intents", "canonization_events")
+TABLES = (
+    "interactions",
+    "concepts",
+    "edges",
+    "write_intents",
+    "canonization_events",
+    "forget_events",
+)
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 class SourceView(Protocol):
@@ -77,6 +87,8 @@ class SourceView(Protocol):
     def intents(self, session: str) -> Iterator[WriteIntent]: ...
 
     def canon_events(self, session: str) -> list[CanonizationEvent]: ...
+
+    def forget_events(self, session: str) -> list[ForgetEvent]: ...
 
 
 class Progress(Protocol):
@@ -138,6 +150,7 @@ def count_rows(store: SourceView, session: str) -> dict[str, int]:
         "edges": _count(store.edges(session)),
         "write_intents": _count(store.intents(session)),
         "canonization_events": len(store.canon_events(session)),
+        "forget_events": len(store.forget_events(session)),
     }
 
 
@@ -254,6 +267,7 @@ def _target_rows(target: Store, session: str) -> RowKeys:
     keys.edges = {(e.src, e.dst, e.edge_type): e for e in target.edges(session)}
     keys.intents = {i.receipt_id: i for i in target.intents(session)}
     keys.events = Counter(event_key(e) for e in target.canon_events(session))
+    keys.forgets = Counter(target.forget_events(session))
     return keys
 
 
@@ -413,17 +427,34 @@ def _write_session(
         advance(len(edges), len(fresh_edges))
     for intent in source.intents(name):
         advance(1, _write_intent(target, intent, have.intents.get(intent.receipt_id)))
-    already = Counter(have.events)
-    for event in source.canon_events(name):
-        key = event_key(event)
-        if already[key] > 0:
-            already[key] -= 1
-            advance(1, 0)
-            continue
-        target.add_canon_event(event)
-        advance(1, 1)
+    _add_missing(source.canon_events(name), have.events, event_key, target.add_canon_event, advance)
+    _add_missing(source.forget_events(name), have.forgets, _same, target.add_forget_event, advance)
     _copy_gc_clock(target, record)
     return written
+
+
+def _same(event: ForgetEvent) -> ForgetEvent:
+    return event  # frozen: its own key
+
+
+def _add_missing(
+    events: Iterable[T],
+    have: Counter[K],
+    key: Callable[[T], K],
+    add: Callable[[T], None],
+    advance: Callable[[int, int], None],
+) -> None:
+    """Add the events ``--to`` lacks. Events have no id: each one ``--to`` has already
+    (an interrupted copy's) stands for one equal event of ``--from``, so none goes twice."""
+    already = Counter(have)
+    for event in events:
+        k = key(event)
+        if already[k] > 0:
+            already[k] -= 1
+            advance(1, 0)
+            continue
+        add(event)
+        advance(1, 1)
 
 
 def _write_intent(target: Store, intent: WriteIntent, there: WriteIntent | None) -> int:

@@ -19,6 +19,7 @@ from ..model import (
     Concept,
     Edge,
     EdgeType,
+    ForgetEvent,
     IntentState,
     Interaction,
     WriteIntent,
@@ -38,6 +39,8 @@ class _Readable(Protocol):
     def intents(self, session: str) -> Iterator[WriteIntent]: ...
 
     def canon_events(self, session: str) -> list[CanonizationEvent]: ...
+
+    def forget_events(self, session: str) -> list[ForgetEvent]: ...
 
 
 def concept_digest(c: Concept) -> tuple[Any, ...]:
@@ -74,10 +77,18 @@ class RowKeys:
     edges: dict[EdgeKey, Edge] = field(default_factory=dict)
     intents: dict[str, WriteIntent] = field(default_factory=dict)
     events: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    forgets: Counter[ForgetEvent] = field(default_factory=Counter)
 
     @property
     def empty(self) -> bool:
-        return not (self.interactions or self.concepts or self.edges or self.intents or self.events)
+        return not (
+            self.interactions
+            or self.concepts
+            or self.edges
+            or self.intents
+            or self.events
+            or self.forgets
+        )
 
     def compare(self, source: _Readable, session: str) -> str | None:
         """Why these rows conflict with ``source``'s rows of the session; None when each is
@@ -121,8 +132,16 @@ class RowKeys:
         return None
 
     def _extra_events(self, source: _Readable, session: str) -> str | None:
-        missing = self.events - Counter(event_key(e) for e in source.canon_events(session))
-        if missing:
-            total = sum(missing.values())
-            return f"has {total} row(s) of table canonization_events that --from lacks"
+        """Events have no id: any of ``--to``'s beyond the equal ones ``--from`` has."""
+        extra: list[tuple[str, Counter[Any]]] = [
+            (
+                "canonization_events",
+                self.events - Counter(event_key(e) for e in source.canon_events(session)),
+            ),
+            ("forget_events", self.forgets - Counter(source.forget_events(session))),
+        ]
+        for table, missing in extra:
+            if missing:
+                total = sum(missing.values())
+                return f"has {total} row(s) of table {table} that --from lacks"
         return None

@@ -331,10 +331,18 @@ class MemoryStore:
             state.record.mutation_count += len(doomed) + edges
         return edges
 
+    def add_forget_event(self, event: ForgetEvent) -> None:
+        """One audit row as it is (what a store copy writes); nothing else changes."""
+        with self._lock:
+            self._check_fence(event.session)
+            self._session(event.session).forget_events.append(event)
+
     def forget_events(self, session: str) -> list[ForgetEvent]:
         with self._lock:
             state = self._sessions.get(session)
-            return [] if state is None else list(state.forget_events)
+            # oldest first, ties in the order added: as the SQL stores order by (occurred_at, id)
+            events = [] if state is None else state.forget_events
+            return sorted(events, key=lambda e: e.occurred_at)
 
     def delete_edges(self, session: str, edges: Iterable[tuple[str, str, EdgeType]]) -> int:
         """Delete edges by (src, dst, edge_type); how many were deleted."""

@@ -70,6 +70,28 @@ def settled_state(state: str) -> IntentState:
     return final
 
 
+FORGET_EVENT_COLUMNS = (
+    "session, agent_id, occurred_at, node_ids, digests, edges_removed, forced, receipt_id"
+)
+
+
+def forget_event_insert(event: ForgetEvent, mark: str) -> tuple[str, tuple[Any, ...]]:
+    """The INSERT of one forget_events row and its values; ``mark`` is the driver's
+    placeholder (SQLite ``?``, psycopg ``%s``). ``forced`` stays a bool: SQLite keeps 1/0."""
+    marks = ", ".join([mark] * 8)
+    values = (
+        event.session,
+        event.agent_id,
+        event.occurred_at,
+        to_json(list(event.node_ids)),
+        to_json(list(event.digests)),
+        event.edges_removed,
+        event.forced,
+        event.receipt_id,
+    )
+    return f"INSERT INTO forget_events({FORGET_EVENT_COLUMNS}) VALUES ({marks})", values
+
+
 def forget_event_from(row: tuple[Any, ...]) -> ForgetEvent:
     """A forget_events row (SQLite and PostgreSQL alike): ids and digests are JSON arrays."""
     return ForgetEvent(

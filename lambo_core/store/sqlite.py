@@ -38,10 +38,12 @@ from ..model import (
 from . import migrations
 from .base import EDGE_WEIGHT_CAP, Fence, IntentNotPending
 from .rows import (
+    FORGET_EVENT_COLUMNS,
     WRITE_REFUSED,
     batch_time,
     check_batch_sessions,
     forget_event_from,
+    forget_event_insert,
     refused,
     settled_state,
     to_json,
@@ -315,13 +317,7 @@ class SqliteStore:
                 )
             _scrub_rows(conn, session, scrub)
             conn.execute("INSERT INTO concepts_fts(concepts_fts) VALUES ('optimize')")
-            event = request.event(edges)
-            conn.execute(
-                "INSERT INTO forget_events(session, agent_id, occurred_at, node_ids, digests, "
-                "edges_removed, forced, receipt_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session, event.agent_id, event.occurred_at, to_json(list(event.node_ids)),
-                 to_json(list(event.digests)), edges, int(event.forced), event.receipt_id),
-            )  # fmt: skip
+            conn.execute(*forget_event_insert(request.event(edges), "?"))
             if request.receipt_id is not None:
                 cur = conn.execute(
                     "UPDATE write_intents SET state = ?, outcome = ?, settled_at = ? "
@@ -347,10 +343,15 @@ class SqliteStore:
             )
         return edges
 
+    def add_forget_event(self, event: ForgetEvent) -> None:
+        """One audit row as it is (what a store copy writes); nothing else changes."""
+        with self._db.write(event.session) as conn:
+            conn.execute(*forget_event_insert(event, "?"))
+
     def forget_events(self, session: str) -> list[ForgetEvent]:
         rows = self._db.read(
-            "SELECT session, agent_id, occurred_at, node_ids, digests, edges_removed, forced, "
-            "receipt_id FROM forget_events WHERE session = ? ORDER BY occurred_at, id",
+            f"SELECT {FORGET_EVENT_COLUMNS} FROM forget_events WHERE session = ? "
+            "ORDER BY occurred_at, id",
             (session,),
         )
         return [forget_event_from(row) for row in rows]

@@ -14,7 +14,7 @@ import psycopg
 from ...forget import ForgetRequest
 from ...model import IntentState
 from ..base import IntentNotPending
-from ..rows import WRITE_REFUSED, to_json
+from ..rows import WRITE_REFUSED, forget_event_insert, to_json
 
 
 def forget_rows(cur: psycopg.Cursor[Any], request: ForgetRequest) -> int:
@@ -55,13 +55,7 @@ def forget_rows(cur: psycopg.Cursor[Any], request: ForgetRequest) -> int:
             "WHERE session = %s AND strpos(summary, %s) > 0",
             (content, mark, session, content),
         )
-    event = request.event(edges)
-    cur.execute(
-        "INSERT INTO forget_events(session, agent_id, occurred_at, node_ids, digests, "
-        "edges_removed, forced, receipt_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (session, event.agent_id, event.occurred_at, to_json(list(event.node_ids)),
-         to_json(list(event.digests)), edges, event.forced, event.receipt_id),
-    )  # fmt: skip
+    cur.execute(*forget_event_insert(request.event(edges), "%s"))
     if request.receipt_id is not None:
         cur.execute(
             "UPDATE write_intents SET state = %s, outcome = %s, settled_at = %s "

@@ -39,10 +39,12 @@ from ...model import (
 )
 from ..base import EDGE_WEIGHT_CAP, Fence, IntentNotPending
 from ..rows import (
+    FORGET_EVENT_COLUMNS,
     WRITE_REFUSED,
     batch_time,
     check_batch_sessions,
     forget_event_from,
+    forget_event_insert,
     refused,
     settled_state,
     to_json,
@@ -348,10 +350,14 @@ class PostgresStore:
         """A forget in one transaction (``postgres/forget.py``); the edges it removed."""
         return self._db.write(request.session, lambda cur: forget_rows(cur, request))
 
+    def add_forget_event(self, event: ForgetEvent) -> None:
+        """One audit row as it is (what a store copy writes); nothing else changes."""
+        self._db.write(event.session, lambda cur: cur.execute(*forget_event_insert(event, "%s")))
+
     def forget_events(self, session: str) -> list[ForgetEvent]:
         rows = self._db.read(
-            "SELECT session, agent_id, occurred_at, node_ids, digests, edges_removed, forced, "
-            "receipt_id FROM forget_events WHERE session = %s ORDER BY occurred_at, id",
+            f"SELECT {FORGET_EVENT_COLUMNS} FROM forget_events WHERE session = %s "
+            "ORDER BY occurred_at, id",
             (session,),
         )
         return [forget_event_from(tuple(row)) for row in rows]
