@@ -27,8 +27,10 @@ class RowProgress:
         *,
         tty: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        unit: str = "rows",
     ) -> None:
         self.stream = stream
+        self.unit = unit
         self.tty = stream.isatty() if tty is None else tty
         self.clock = clock
         self.label, self.total, self.done = "", 0, 0
@@ -59,7 +61,7 @@ class RowProgress:
 
     def finish(self) -> None:
         elapsed = self.clock() - self._began
-        line = f"{self.label}: {self.done}/{self.total} rows in {elapsed:.1f} s"
+        line = f"{self.label}: {self.done}/{self.total} {self.unit} in {elapsed:.1f} s"
         self._write(("\r" + line.ljust(self._width) if self.tty else line) + "\n")
 
     def _pct(self) -> int:
@@ -71,8 +73,8 @@ class RowProgress:
         left = (self.total - self.done) / rate if rate > 0 else None
         eta = _clock_text(left) if left is not None else "?"
         return (
-            f"{self.label}: {self.done}/{self.total} rows ({self._pct()}%), "
-            f"{rate:,.0f} rows/s, {eta} left"
+            f"{self.label}: {self.done}/{self.total} {self.unit} ({self._pct()}%), "
+            f"{rate:,.0f} {self.unit}/s, {eta} left"
         )
 
     def _draw(self) -> None:
