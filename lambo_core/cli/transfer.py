@@ -8,8 +8,9 @@ progress on stderr and the closing counts.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -98,8 +99,7 @@ def import_cmd(
     if checkpoint.done_through:
         click.echo(f"resuming after line {checkpoint.done_through}", err=True)
     click.echo(
-        f"importing {len(read.jobs)} line(s) ({read.format} format) into session "
-        f"{target.session}",
+        f"importing {len(read.jobs)} line(s) ({read.format} format) into session {target.session}",
         err=True,
     )
     progress = RowProgress(sys.stderr, unit="lines")
@@ -163,7 +163,7 @@ def export_cmd(ctx: Context, session: str, store: str | None, vectors: bool, out
     from ..errors import ParameterError
     from ..store import open_config_store, store_location
     from ..text import check_string, show_safely
-    from ..transfer.export import dump_line, export_lines
+    from ..transfer.export import export_lines
 
     name = check_string("--session", session)
     config = ctx.config(store_flags(store))
@@ -178,17 +178,22 @@ def export_cmd(ctx: Context, session: str, store: str | None, vectors: bool, out
                 f"--session: no session named '{show_safely(name, 64)}' in the store "
                 f"{store_location(config)}; `lambo session list` lists them"
             )
-        stream = (
-            sys.stdout if output == STDIN else open(Path(output).expanduser(), "w", encoding="utf-8")
-        )
-        count = 0
-        try:
-            for line in export_lines(db, name, vectors=vectors, exported_at=time.time()):
-                stream.write(dump_line(line) + "\n")
-                count += 1
-        finally:
-            if stream is not sys.stdout:
-                stream.close()
+        lines = export_lines(db, name, vectors=vectors, exported_at=time.time())
+        if output == STDIN:
+            count = _write_lines(sys.stdout, lines)
+        else:
+            with open(Path(output).expanduser(), "w", encoding="utf-8") as stream:
+                count = _write_lines(stream, lines)
         click.echo(f"exported {count - 1} line(s) of session {name}", err=True)
     finally:
         db.close()
+
+
+def _write_lines(stream: IO[str], lines: Iterable[dict[str, Any]]) -> int:
+    from ..transfer.export import dump_line
+
+    count = 0
+    for line in lines:
+        stream.write(dump_line(line) + "\n")
+        count += 1
+    return count

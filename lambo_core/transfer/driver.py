@@ -163,8 +163,9 @@ class ImportRun:
             if line is None and ref in self.ids.landed:
                 continue  # an id that landed before a resume
             if line is not None and line in self._refused_lines:
-                self._refuse(job.number, f"{field_name} names the id of line {line}, which "
-                             "was refused")
+                self._refuse(
+                    job.number, f"{field_name} names the id of line {line}, which was refused"
+                )
                 self.progress.advance(1)
                 return
             if line is None:
@@ -172,8 +173,9 @@ class ImportRun:
             if line is not None and line in self._outstanding:
                 await self._settle(line)
                 if line in self._refused_lines and ref in self._by_id:
-                    self._refuse(job.number, f"{field_name} names the id of line {line}, "
-                                 "which was refused")
+                    self._refuse(
+                        job.number, f"{field_name} names the id of line {line}, which was refused"
+                    )
                     self.progress.advance(1)
                     return
         if job.id is not None:
@@ -187,7 +189,7 @@ class ImportRun:
             if isinstance(receipt, str):
                 pending.receipts.append((receipt, flags))
             else:
-                pending.refusal = receipt.reason
+                pending.refusal = self._in_file_terms(job, receipt.reason)
                 break
         self._outstanding[job.number] = pending
         while len(self._outstanding) > self.window:
@@ -214,6 +216,14 @@ class ImportRun:
 
             await anyio.sleep(0.2)
 
+    def _in_file_terms(self, job: Job, reason: str) -> str:
+        """A refusal quoting the node id a file id was sent as, quoting the file's id."""
+        for _, ref in job.refs:
+            landed = self.ids.landed.get(ref)
+            if landed is not None:
+                reason = reason.replace(f'"{landed.node_id}"', f'"{ref}"')
+        return reason
+
     # -- settling -----------------------------------------------------------------------
     async def _settle_oldest(self) -> None:
         await self._settle(next(iter(self._outstanding)))
@@ -231,7 +241,8 @@ class ImportRun:
                 matched += int(receipt.get("matched_count") or 0)
                 first = first or receipt
             elif refusal is None:
-                refusal = f"{state} — {flags.rewrite(str(receipt.get('detail', '')))}"
+                detail = self._in_file_terms(pending.job, str(receipt.get("detail", "")))
+                refusal = f"{state} — {flags.rewrite(detail)}"
         self.report.created += created
         self.report.matched += matched
         if refusal is not None:

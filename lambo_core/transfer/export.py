@@ -140,6 +140,7 @@ def _line(
         return sorted(targets, key=lambda t: order[t])
 
     line: dict[str, Any]
+    names: tuple[str, ...]
     if node.is_action:
         line = {"kind": "action", "id": c.id, "action": c.content}
         names = ("produces", "modifies", "depends_on", "against")

@@ -71,8 +71,9 @@ def _concept_job(line: Line, agent: str) -> Job:
         args = _event({"agent_id": agent, "concepts": [concept]}, line)
         return [("lambo_derive", args, names)]
 
-    return Job(line.number, line.id, line.content, line.concept_type, _refs_of(line), build,
-               [line.content])
+    return Job(
+        line.number, line.id, line.content, line.concept_type, _refs_of(line), build, [line.content]
+    )
 
 
 def _parent_job(line: Line, agent: str) -> Job:
@@ -119,6 +120,18 @@ def _refs_of(line: Line) -> list[tuple[str, str]]:
     ]
 
 
+Calls = list[tuple[str, dict[str, Any], dict[str, str]]]
+
+
+def _fixed(calls: Calls) -> Callable[[Resolver], Calls]:
+    """A server-memory line's calls: they name by text, so nothing is resolved."""
+
+    def build(_: Resolver) -> Calls:
+        return calls
+
+    return build
+
+
 def _memory_jobs(
     objects: list[tuple[int, dict[str, Any]]], agent: str
 ) -> tuple[list[Job], list[Refusal]]:
@@ -135,16 +148,19 @@ def _memory_jobs(
             made = [line.name, *line.observations]
             if line.entity_type is not None:
                 made.append(line.entity_type)
-            jobs.append(
-                Job(number, None, line.name, "entity", [], lambda r, c=calls: c, made)
-            )
+            jobs.append(Job(number, None, line.name, "entity", [], _fixed(calls), made))
         else:
             args, names = relation_call(line, agent)
             refs = [("from", line.source), ("to", line.target)]
             jobs.append(
                 Job(
-                    number, None, line.sentence, "logic", refs,
-                    lambda r, a=args, n=names: [("lambo_derive", a, n)], [line.sentence],
+                    number,
+                    None,
+                    line.sentence,
+                    "logic",
+                    refs,
+                    _fixed([("lambo_derive", args, names)]),
+                    [line.sentence],
                 )
             )
     return jobs, refused

@@ -29,13 +29,28 @@ STATUSES = ("none", "candidate", "venerable", "canonical")
 FIELDS: Mapping[str, tuple[str, ...]] = {
     "header": ("kind", "format", "version", "session", "exported_at", "note"),
     "concept": (
-        "kind", "id", "content", "type", "event_time", "depends_on", "against", "status",
+        "kind",
+        "id",
+        "content",
+        "type",
+        "event_time",
+        "depends_on",
+        "against",
+        "status",
         "vector",
     ),
     "parent_of": ("kind", "parent", "child"),
     "action": (
-        "kind", "id", "action", "event_time", "produces", "modifies", "depends_on", "against",
-        "status", "vector",
+        "kind",
+        "id",
+        "action",
+        "event_time",
+        "produces",
+        "modifies",
+        "depends_on",
+        "against",
+        "status",
+        "vector",
     ),
 }
 REFERENCE_FIELDS: Mapping[str, tuple[str, ...]] = {

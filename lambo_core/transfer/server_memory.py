@@ -32,8 +32,13 @@ CALL_TEXT_BUDGET = 7_000
 
 
 def is_server_memory(obj: Mapping[str, Any]) -> bool:
-    """A line of server-memory's format: ``type`` entity or relation, and no ``kind``."""
-    return "kind" not in obj and obj.get("type") in ("entity", "relation")
+    """A line of server-memory's format: ``type`` entity (with a name) or relation (with a
+    from), and neither ``kind`` nor ``content``, which our lines have (ours also say
+    ``"type": "entity"``, for a concept's type)."""
+    if "kind" in obj or "content" in obj:
+        return False
+    kind = obj.get("type")
+    return (kind == "entity" and "name" in obj) or (kind == "relation" and "from" in obj)
 
 
 @dataclass
@@ -102,7 +107,9 @@ def entity_calls(line: MemoryLine, agent: str) -> list[tuple[dict[str, Any], dic
     size = len(line.name.encode())
     for i, text in enumerate(line.observations):
         grown = size + len(text.encode()) + 2
-        if chunks[-1] and (grown > CALL_TEXT_BUDGET or len(chunks[-1]) >= MAX_CONCEPTS_PER_DERIVE - 1):
+        if chunks[-1] and (
+            grown > CALL_TEXT_BUDGET or len(chunks[-1]) >= MAX_CONCEPTS_PER_DERIVE - 1
+        ):
             chunks.append([])
             grown = len(line.name.encode()) + len(text.encode()) + 2
         chunks[-1].append(i)

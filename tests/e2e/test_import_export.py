@@ -28,22 +28,70 @@ PROGRESS = re.compile(r"^importing: \d+/\d+ lines \(\d+%\), [\d,]+ lines/s, [\d:
 # Words whose combinations make sentences far apart from each other; the source of the
 # 5,000 lines (a fixed seed: the same file every run).
 SUBJECTS = (
-    "the harbor pilot", "a glacier survey", "our billing daemon", "the night nurse",
-    "a violin maker", "the rail signal", "this tax form", "the beehive sensor",
-    "a desert rover", "the school choir", "our cache layer", "the vineyard pump",
-    "a chess engine", "the ferry schedule", "this kiln", "the lighthouse lamp",
-    "a satellite dish", "the bakery oven", "our payroll export", "the orchid greenhouse",
+    "the harbor pilot",
+    "a glacier survey",
+    "our billing daemon",
+    "the night nurse",
+    "a violin maker",
+    "the rail signal",
+    "this tax form",
+    "the beehive sensor",
+    "a desert rover",
+    "the school choir",
+    "our cache layer",
+    "the vineyard pump",
+    "a chess engine",
+    "the ferry schedule",
+    "this kiln",
+    "the lighthouse lamp",
+    "a satellite dish",
+    "the bakery oven",
+    "our payroll export",
+    "the orchid greenhouse",
 )
 VERBS = (
-    "repaints", "audits", "throttles", "forecasts", "recalibrates", "archives", "ignites",
-    "translates", "irrigates", "encrypts", "photographs", "tunes", "quarantines",
-    "negotiates", "welds", "composts", "schedules", "sterilises", "indexes", "smuggles",
+    "repaints",
+    "audits",
+    "throttles",
+    "forecasts",
+    "recalibrates",
+    "archives",
+    "ignites",
+    "translates",
+    "irrigates",
+    "encrypts",
+    "photographs",
+    "tunes",
+    "quarantines",
+    "negotiates",
+    "welds",
+    "composts",
+    "schedules",
+    "sterilises",
+    "indexes",
+    "smuggles",
 )
 OBJECTS = (
-    "copper lanterns", "monsoon data", "invoice batches", "ward rosters", "spruce tops",
-    "switch points", "pension claims", "pollen counts", "basalt samples", "hymn sheets",
-    "stale sessions", "drip lines", "opening books", "tide tables", "glaze recipes",
-    "fog warnings", "telemetry frames", "sourdough starters", "bank transfers", "seed trays",
+    "copper lanterns",
+    "monsoon data",
+    "invoice batches",
+    "ward rosters",
+    "spruce tops",
+    "switch points",
+    "pension claims",
+    "pollen counts",
+    "basalt samples",
+    "hymn sheets",
+    "stale sessions",
+    "drip lines",
+    "opening books",
+    "tide tables",
+    "glaze recipes",
+    "fog warnings",
+    "telemetry frames",
+    "sourdough starters",
+    "bank transfers",
+    "seed trays",
 )
 TYPES = ("entity", "logic", "constraint", "resource", "observation")
 
@@ -155,7 +203,9 @@ def merge_only_restatements(served_home: Path) -> Path:
     # ordered targets-first, not as the first file was: for the round trip to be a fair
     # check of the graph, only near-identical texts merge here.
     config = served_home / "config" / "lambo.toml"
-    config.write_text(config.read_text().replace("threads = 1\n", "threads = 1\nmerge_threshold = 0.99\n"))
+    config.write_text(
+        config.read_text().replace("threads = 1\n", "threads = 1\nmerge_threshold = 0.99\n")
+    )
     return served_home
 
 
@@ -202,7 +252,9 @@ def test_a_bulk_import_round_trips_through_export(merge_only_restatements: Path)
     first = lambo(home, "export", "--session", "bulk")
     assert first.returncode == 0, first.stderr
     fresh = home / "fresh.db"
-    again = lambo(home, "import", "-", "--session", "copy", "--store", str(fresh), stdin=first.stdout)
+    again = lambo(
+        home, "import", "-", "--session", "copy", "--store", str(fresh), stdin=first.stdout
+    )
     assert again.returncode == 0, again.stderr
     assert "0 line(s) refused" in again.stdout
     second = lambo(home, "export", "--session", "copy", "--store", str(fresh))
@@ -271,7 +323,9 @@ def test_an_interrupted_import_resumes_without_duplicates(merge_only_restatement
 
 async def _write_memory_file(path: Path) -> None:
     params = StdioServerParameters(
-        command=str(SERVER_MEMORY), args=[], env={"MEMORY_FILE_PATH": str(path), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+        command=str(SERVER_MEMORY),
+        args=[],
+        env={"MEMORY_FILE_PATH": str(path), "PATH": "/usr/bin:/bin:/usr/local/bin"},
     )
     async with Client(params) as client:
         made = await client.call_tool(
@@ -295,7 +349,11 @@ async def _write_memory_file(path: Path) -> None:
         assert not made.is_error, made.content
         related = await client.call_tool(
             "create_relations",
-            {"relations": [{"from": "Alice_Moreau", "to": "Lyon_Clinic", "relationType": "works_at"}]},
+            {
+                "relations": [
+                    {"from": "Alice_Moreau", "to": "Lyon_Clinic", "relationType": "works_at"}
+                ]
+            },
         )
         assert not related.is_error, related.content
 
@@ -319,7 +377,12 @@ def test_a_server_memory_file_is_imported_and_recalled_by_meaning(served_home: P
     assert "10 concept(s) created" in out.stdout, out.stdout
 
     recalled = lambo(
-        home, "recall", "--session", "mem", "--query", "which musician performs classical music",
+        home,
+        "recall",
+        "--session",
+        "mem",
+        "--query",
+        "which musician performs classical music",
         "--json",
     )
     assert recalled.returncode == 0, recalled.stderr
@@ -329,18 +392,20 @@ def test_a_server_memory_file_is_imported_and_recalled_by_meaning(served_home: P
     exported = lambo(home, "export", "--session", "mem")
     lines = [json.loads(line) for line in exported.stdout.splitlines()]
     by_id = {line["id"]: line for line in lines if "id" in line}
-    relation = next(l for l in lines if l.get("content") == "Alice_Moreau works_at Lyon_Clinic")
+    relation = next(x for x in lines if x.get("content") == "Alice_Moreau works_at Lyon_Clinic")
     assert relation["type"] == "logic"
     assert sorted(by_id[t]["content"] for t in relation["depends_on"]) == [
-        "Alice_Moreau", "Lyon_Clinic"
+        "Alice_Moreau",
+        "Lyon_Clinic",
     ]
     parents = {
-        (by_id[l["parent"]]["content"], by_id[l["child"]]["content"])
-        for l in lines
-        if l["kind"] == "parent_of"
+        (by_id[x["parent"]]["content"], by_id[x["child"]]["content"])
+        for x in lines
+        if x["kind"] == "parent_of"
     }
     assert ("Alice_Moreau", "Speaks fluent Spanish") in parents
     assert ("person", "Bob_Kaplan") in parents
-    assert by_id[next(i for i, l in by_id.items() if l.get("content") == "Owns three cats")][
-        "type"
-    ] == "observation"
+    assert (
+        by_id[next(i for i, x in by_id.items() if x.get("content") == "Owns three cats")]["type"]
+        == "observation"
+    )
