@@ -106,7 +106,16 @@ def import_cmd(
     run = ImportRun(
         target.agent, read.jobs, progress=progress, checkpoint=checkpoint, refused=read.refused
     )
-    report = target.run(run.run, creates=True)
+    try:
+        report = target.run(run.run, creates=True)
+    except KeyboardInterrupt:
+        # the checkpoint was saved on the way out: the same command continues from it
+        click.echo(
+            f"\nlambo: interrupted; every line up to {checkpoint.done_through} has settled; run "
+            "the same command again to resume after it",
+            err=True,
+        )
+        sys.exit(130)
     checkpoint.remove()
     for line in summary_lines(report):
         click.echo(line)
