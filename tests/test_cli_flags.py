@@ -198,6 +198,8 @@ STORE_COMMANDS = [
     ("canon", "suspected", "--session", "s"),
     ("session", "verify", "--session", "s"),
     ("session", "list"),
+    ("import", "--session", "s", "-"),
+    ("export", "--session", "s"),
 ]
 
 
