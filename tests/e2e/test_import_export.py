@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -325,7 +326,7 @@ async def _write_memory_file(path: Path) -> None:
     params = StdioServerParameters(
         command=str(SERVER_MEMORY),
         args=[],
-        env={"MEMORY_FILE_PATH": str(path), "PATH": "/usr/bin:/bin:/usr/local/bin"},
+        env={"MEMORY_FILE_PATH": str(path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
     )
     async with Client(params) as client:
         made = await client.call_tool(
