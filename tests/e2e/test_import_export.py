@@ -176,7 +176,11 @@ def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> None:
 
 
 def normalised(export: str) -> list[dict[str, Any]]:
-    """The export's lines with ids numbered in order of appearance and times dropped."""
+    """The export's lines with ids numbered in order of appearance and times dropped.
+
+    Status goes too: import never sets it (it is earned by evidence), and the daemon of each
+    store promotes a concept once its citations are 60 s old, so which concepts are
+    Candidates depends on when each import ran, as the times do."""
     names: dict[str, str] = {}
 
     def name(node_id: str) -> str:
@@ -188,6 +192,7 @@ def normalised(export: str) -> list[dict[str, Any]]:
         if line["kind"] == "header":
             continue
         line.pop("event_time", None)
+        assert line.pop("status", "none") in ("none", "candidate", "venerable", "canonical")
         for key in ("id", "parent", "child"):
             if key in line:
                 line[key] = name(line[key])
