@@ -200,6 +200,8 @@ STORE_COMMANDS = [
     ("session", "list"),
     ("forget", "--session", "s", "abcdef12"),
     ("backup", "--force", "copy.db"),
+    ("import", "--session", "s", "-"),
+    ("export", "--session", "s"),
 ]
 
 

@@ -25,6 +25,7 @@ from .serve import provision, serve
 from .setup_clients import setup_cmd
 from .store import store_group
 from .tools import TOOL_COMMANDS
+from .transfer import export_cmd, import_cmd
 
 
 def _setup_logging() -> None:
@@ -61,6 +62,8 @@ for _command in (
     canon_group,
     session_group,
     store_group,
+    import_cmd,
+    export_cmd,
 ):
     cli.add_command(_command)
 
