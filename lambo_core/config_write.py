@@ -21,6 +21,7 @@ from typing import Any
 import tomli_w
 
 from .errors import ConfigError
+from .text import show_safely
 
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_-]+)\s*\]\s*(#.*)?$")
 _ANY_HEADER = re.compile(r"^\s*\[")
@@ -92,7 +93,7 @@ def set_string(path: Path, section: str, key: str, value: str) -> Written:
         text = "" if created else path.read_bytes().decode("utf-8")
         data: dict[str, Any] = tomllib.loads(text)
     except (OSError, UnicodeDecodeError):
-        raise ConfigError(f"{path} could not be read") from None
+        raise ConfigError(f"{show_safely(str(path), 200)} could not be read") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path.name} is not valid TOML ({exc}); nothing was written") from None
     table = data.setdefault(section, {})
@@ -103,8 +104,21 @@ def set_string(path: Path, section: str, key: str, value: str) -> Written:
     kept = True
     if edited is None or _parsed(edited) != data:
         edited, kept = tomli_w.dumps(data), "#" not in text
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(path, edited)
+    # A symlinked lambo.toml (dotfiles) is written through: os.replace on the link itself
+    # would put a regular file in its place and leave the real file as it was.
+    shown = show_safely(str(path), 200)
+    try:
+        real: Path | None = path.resolve()
+    except RuntimeError:  # a symlink loop: Python before 3.13 raises this, not OSError
+        real = None
+    if real is None or real.is_symlink():  # 3.13 stops at the looping link instead
+        raise ConfigError(f"{shown} is a symlink loop; nothing was changed")
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(real, edited)
+    except OSError as exc:
+        reason = show_safely(exc.strerror or type(exc).__name__)
+        raise ConfigError(f"{shown} could not be written ({reason}); nothing was changed") from None
     return Written(path, created, kept)
 
 

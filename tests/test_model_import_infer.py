@@ -20,7 +20,7 @@ from lambo_core.embed.importer import install_import, plan_import, plan_package_
 from lambo_core.embed.manifest import ModelManifest
 from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.errors import ConfigError, ParameterError
-from tests.embed_fixtures import TinyModel, minilm_files, tiny_bge_m3, unit
+from tests.embed_fixtures import TinyModel, minilm_files, minilm_source_dir, tiny_bge_m3, unit
 
 
 def _invoke(*args: str) -> tuple[int, str, str]:
@@ -108,6 +108,40 @@ def test_config_json_names_the_model_and_caps_the_length(tmp_path: Path) -> None
     # RoBERTa positions start after the padding index: 66 positions hold 64 tokens
     assert lines["max length"] == (
         "max length: 64 (from config.json's positions; tokenizer.json says more)"
+    )
+
+
+def test_sentence_bert_config_comes_before_the_tokenizer_s_truncation(tmp_path: Path) -> None:
+    # the files all-MiniLM-L6-v2 ships: tokenizer.json truncates at 128, but
+    # sentence-transformers runs the model at max_seq_length 256 (as the catalog does)
+    src = minilm_source_dir(tmp_path / "st")
+    _write(src / "1_Pooling" / "config.json", {"pooling_mode_mean_tokens": True})
+    _write(src / "sentence_bert_config.json", {"max_seq_length": 256, "do_lower_case": False})
+    _write(src / "tokenizer_config.json", {"model_max_length": 512})
+    _write(src / "config.json", {"model_type": "bert", "max_position_embeddings": 512})
+    tokenizer = json.loads((src / "tokenizer.json").read_text())
+    assert tokenizer["truncation"]["max_length"] == 128
+    plan = plan_import(src, "mini")
+    assert _lines(plan)["max length"] == "max length: 256 (from sentence_bert_config.json)"
+    (src / "sentence_bert_config.json").unlink()
+    assert _lines(plan_import(src, "mini"))["max length"] == (
+        "max length: 128 (from tokenizer.json)"
+    )
+    (src / "tokenizer.json").unlink()  # a link to the package's file: write a copy
+    _write(src / "tokenizer.json", dict(tokenizer, truncation=None))
+    assert _lines(plan_import(src, "mini"))["max length"] == (
+        "max length: 512 (from tokenizer_config.json)"
+    )
+    _write(src / "tokenizer_config.json", {"model_max_length": 10**30})
+    assert _lines(plan_import(src, "mini"))["max length"] == "max length: 512 (from config.json)"
+
+
+def test_sentence_bert_config_is_still_capped_at_the_positions(tmp_path: Path) -> None:
+    tiny = tiny_bge_m3(tmp_path / "src", layout="hidden", max_length=40)
+    _write(tiny.dir / "sentence_bert_config.json", {"max_seq_length": 8192})
+    _write(tiny.dir / "config.json", {"model_type": "xlm-roberta", "max_position_embeddings": 66})
+    assert _lines(plan_import(tiny.dir, "t", "cls"))["max length"] == (
+        "max length: 64 (from config.json's positions; sentence_bert_config.json says more)"
     )
 
 

@@ -5,6 +5,9 @@ model listing the installed ones, and warns about sessions stamped with another 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,11 +15,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from lambo_core.cli.main import cli
 from lambo_core.cli.model import model_group
 from lambo_core.config import load_config
 from lambo_core.config_write import set_string
 from lambo_core.embed.importer import import_model
 from lambo_core.embed.manifest import MANIFEST_NAME
+from lambo_core.errors import ConfigError
 from lambo_core.store import SqliteStore
 from tests.embed_fixtures import minilm_source_dir
 
@@ -118,6 +123,97 @@ def test_set_string_falls_back_and_refuses_a_broken_file(tmp_path: Path) -> None
         set_string(path, "embedder", "model", "m")
     assert "nothing was written" in str(caught.value)
     assert path.read_text() == "[embedder\n"
+
+
+def test_a_symlinked_file_keeps_its_link_and_its_target_is_written(tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    real = dotfiles / "lambo.toml"
+    real.write_text(COMMENTED)
+    real.chmod(0o600)
+    home = tmp_path / "home"
+    home.mkdir()
+    link = home / "lambo.toml"
+    link.symlink_to("../dotfiles/lambo.toml")  # relative, as dotfile managers make them
+    written = set_string(link, "embedder", "model", "m")
+    assert written.comments_kept and not written.created and written.path == link
+    assert link.is_symlink() and os.readlink(link) == "../dotfiles/lambo.toml"
+    assert real.read_text() == COMMENTED.replace('model = "bge-m3"', 'model = "m"')
+    assert real.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in home.iterdir()) == ["lambo.toml"]
+    assert sorted(p.name for p in dotfiles.iterdir()) == ["lambo.toml"]
+    loop = home / "loop.toml"
+    loop.symlink_to("loop.toml")
+    with pytest.raises(ConfigError, match=r"loop\.toml is a symlink loop; nothing was changed$"):
+        set_string(loop, "embedder", "model", "m")
+    assert loop.is_symlink() and os.readlink(loop) == "loop.toml"
+
+
+def test_an_unwritable_place_is_refused_naming_the_file(installed: Path, lambo_home: Path) -> None:
+    # root ignores modes: a regular file where the config directory should be fails for anyone
+    user_file = load_config().paths.user_config_file
+    user_file.parent.parent.mkdir(parents=True, exist_ok=True)
+    user_file.parent.write_text("not a directory")
+    result = CliRunner().invoke(model_group, ["use", "mini"])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stderr == (
+        f"lambo: configuration error: {user_file} could not be written (File exists); "
+        "nothing was changed\n"
+    )
+    assert user_file.parent.read_text() == "not a directory"
+
+
+def test_an_immutable_file_named_by_config_is_refused(installed: Path, tmp_path: Path) -> None:
+    # the reviewer's case: `lambo --config F model use` with F chattr +i; the directory is
+    # writable, so the temp file is made and os.replace is what fails
+    path = tmp_path / "conf" / "lambo.toml"
+    path.parent.mkdir()
+    path.write_text(COMMENTED)
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip("chattr +i is not available here (needs ext4-like fs and CAP_LINUX_IMMUTABLE)")
+    try:
+        result = CliRunner().invoke(cli, ["--config", str(path), "model", "use", "mini"])
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"lambo: configuration error: {path} could not be written (Operation not permitted); "
+        "nothing was changed\n"
+    )
+    assert path.read_text() == COMMENTED
+    assert sorted(p.name for p in path.parent.iterdir()) == ["lambo.toml"]
+
+
+_FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from lambo_core.config_write import set_string
+from lambo_core.errors import ConfigError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))
+try:
+    set_string(Path(sys.argv[1]), "embedder", "model", "a-model-name-long-enough")
+except ConfigError as exc:
+    print(exc.message)
+"""
+
+
+def test_a_failed_write_leaves_the_file_and_no_temp_file(tmp_path: Path) -> None:
+    # a real process whose file size limit makes the temp file's write fail, as a full disk does
+    path = tmp_path / "lambo.toml"
+    path.write_text("[embedder]\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert done.stdout == f"{path} could not be written (File too large); nothing was changed\n"
+    assert path.read_text() == "[embedder]\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lambo.toml"]
 
 
 def test_unknown_and_broken_models_are_refused(installed: Path, lambo_home: Path) -> None:

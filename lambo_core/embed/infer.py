@@ -127,9 +127,10 @@ def infer_pooling(root: Path) -> Inferred | None:
 
 
 def infer_max_length(root: Path, tokenizer_json: dict[str, Any]) -> Inferred | None:
-    """The token cap: tokenizer.json's truncation, tokenizer_config.json's model_max_length,
-    sentence_bert_config.json's max_seq_length, config.json's positions; capped at the
-    positions the model has."""
+    """The token cap: sentence_bert_config.json's max_seq_length (what sentence-transformers
+    runs the model at, e.g. 256 for all-MiniLM-L6-v2 whose tokenizer.json says 128), then
+    tokenizer.json's truncation, tokenizer_config.json's model_max_length, config.json's
+    positions; capped at the positions the model has."""
     config = _object(root / "config.json")
     positions = config.get("max_position_embeddings")
     cap: int | None = None
@@ -139,12 +140,12 @@ def infer_max_length(root: Path, tokenizer_json: dict[str, Any]) -> Inferred | N
     found: Inferred | None = None
     truncation = tokenizer_json.get("truncation")
     candidates: list[tuple[object, str]] = [
-        (truncation.get("max_length") if isinstance(truncation, dict) else None, "tokenizer.json"),
-        (_object(root / "tokenizer_config.json").get("model_max_length"), "tokenizer_config.json"),
         (
             _object(root / "sentence_bert_config.json").get("max_seq_length"),
             "sentence_bert_config.json",
         ),
+        (truncation.get("max_length") if isinstance(truncation, dict) else None, "tokenizer.json"),
+        (_object(root / "tokenizer_config.json").get("model_max_length"), "tokenizer_config.json"),
     ]
     for value, source in candidates:
         if isinstance(value, int) and not isinstance(value, bool) and 2 <= value < _UNSET_LENGTH:
