@@ -293,9 +293,10 @@ class SqliteStore:
         """A forget in one transaction (``forget.py``); the edges it removed.
 
         Under ``secure_delete`` the freed cells are zeroed; the FTS index is optimized so
-        the concepts' terms leave its segments too; then the WAL is checkpointed and reset
-        so the old frames that held the content go (a reader holding it open defers that
-        to a later checkpoint: logged)."""
+        the concepts' terms leave its segments too; then a PASSIVE checkpoint copies the
+        zeroed pages into the file without waiting on readers (a running backup): the WAL's
+        old frames that held the content are overwritten as it is reused, or reset at a
+        later TRUNCATE checkpoint."""
         session = request.session
         ids = list(dict.fromkeys(request.node_ids))
         scrub = request.scrubber()
@@ -334,11 +335,11 @@ class SqliteStore:
                 "UPDATE sessions SET mutation_count = mutation_count + ? WHERE name = ?",
                 (len(ids) + edges, session),
             )
-        busy, _, _ = self._db.checkpoint()
+        busy, _, _ = self._db.checkpoint("PASSIVE")
         if busy:
-            log.warning(
-                "forget in session %s: a reader kept the WAL from being reset; the frames "
-                "that held the forgotten text go at a later checkpoint",
+            log.info(
+                "forget in session %s: a reader held part of the WAL; the frames that held "
+                "the forgotten text go at a later checkpoint",
                 session,
             )
         return edges
