@@ -20,7 +20,7 @@ import pytest
 
 from lambo_core.admin_tools import answer_admin
 from lambo_core.config import load_config
-from lambo_core.forget import FORGET_TOOL, ForgetRequest, Scrubber, content_digest
+from lambo_core.forget import FORGET_TOOL, ForgetRequest, content_digest
 from lambo_core.model import Concept, ConceptType, Status, WriteBatch, WriteIntent
 from lambo_core.serve import ServeOptions, open_service, stop_service
 from lambo_core.service import MemoryService
@@ -247,8 +247,8 @@ def test_a_forget_behind_an_older_write_owed_a_replay_is_refused(world: World) -
     assert out["state"] == "failed", out
     assert out["detail"] == (
         "conflict: 1 earlier write(s) of this session are still owed a replay (r-owed); "
-        "forget once they are applied; nothing was removed"
-    )
+        "forget once they are applied; nothing was removed; nothing was written"
+    )  # the pipeline's failed-receipt suffix follows the forget's own
     assert world.store.get_concept(S, secret) is not None
     assert world.store.forget_events(S) == []
 
@@ -336,15 +336,32 @@ def test_a_forget_left_pending_is_replayed_by_the_next_writer(
         store.close()
 
 
-def test_the_scrubber_replaces_longest_first_inside_any_json() -> None:
-    scrub = Scrubber(["abc", "abc def"])
-    value = {"k abc": ["abc def ghi", {"x": "zabc"}], "n": 3}
-    out = scrub.json(value)
-    long_mark, short_mark = (f"[forgotten {content_digest(t)[:12]}]" for t in ("abc def", "abc"))
-    assert out == {f"k {short_mark}": [f"{long_mark} ghi", {"x": f"z{short_mark}"}], "n": 3}
-    assert scrub.json_text('{"a":"nothing here"}') is None
-    request = ForgetRequest(S, "op", T0, ("id-1",), ("abc",), False, None)
-    assert request.event(2).digests == (content_digest("abc"),)
+def test_the_redaction_takes_rows_by_the_ids_they_name_never_by_their_text() -> None:
+    request = ForgetRequest(S, "op", T0, ("id-1", "id-2"), ("abc", "type"), False, None)
+    redaction = request.redaction()
+    one, two = (f"[forgotten {content_digest(t)[:12]}]" for t in ("abc", "type"))
+    # a key or a text equal to a forgotten content is no tie; only an id as a value is
+    untied = json.dumps({"type": "abc", "id-1": "type"})
+    assert redaction.intent("applied", untied, None) is None
+    payload = json.dumps({"kind": "derive", "concepts": [{"content": "abc", "type": "logic"}]})
+    outcome = json.dumps({
+        "detail": "derived 1 concept(s): 0 created (0 embedded), 1 matched existing\nrows",
+        "data": {"created": [], "matched": ["id-1"], "matched_count": 1,
+                 "stale_report": {"rows": [{"snippet": "abc"}]}},
+    })  # fmt: skip
+    redacted = redaction.intent("applied", payload, outcome)
+    assert redacted is not None
+    assert json.loads(redacted[0]) == {"kind": "derive", "forgotten": [one]}
+    assert json.loads(str(redacted[1])) == {
+        "detail": "derived 1 concept(s): 0 created (0 embedded), 1 matched existing",
+        "data": {"created": [], "matched": ["id-1"], "matched_count": 1},
+        "forgotten": [one],
+    }
+    refused = redaction.intent("failed", json.dumps({"kind": "derive", "r": "id-2"}),
+                               json.dumps({"detail": 'ref "abc" changed', "data": {}}))  # fmt: skip
+    assert refused is not None and "abc" not in refused[1]  # type: ignore[operator]
+    assert redaction.summary(["id-2", "id-1", "id-2"]) == f"{one} {two}"
+    assert request.event(2).digests == (content_digest("abc"), content_digest("type"))
     assert "abc" not in json.dumps(request.outcome(2))
 
 

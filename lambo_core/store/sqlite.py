@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..forget import ForgetRequest, Scrubber
+from ..forget import FORGET_TOOL, ForgetRequest, Redaction
 from ..index.keywords import fts5_query
 from ..model import (
     CanonizationEvent,
@@ -299,9 +299,10 @@ class SqliteStore:
         later TRUNCATE checkpoint."""
         session = request.session
         ids = list(dict.fromkeys(request.node_ids))
-        scrub = request.scrubber()
+        redaction = request.redaction()
         with self._db.write(session, secure_delete=True) as conn:
             edges = 0
+            derived: dict[str, list[str]] = {}  # interaction -> the forgotten ids it derived
             for start in range(0, len(ids), IDS_PER_DELETE):
                 chunk = ids[start : start + IDS_PER_DELETE]
                 marks = ", ".join("?" * len(chunk))
@@ -311,12 +312,18 @@ class SqliteStore:
                     (session, *chunk, *chunk),
                 ).fetchone()
                 edges += int(row[0])
+                for src, dst in conn.execute(
+                    f"SELECT src, dst FROM edges WHERE session = ? AND edge_type = ? "
+                    f"AND dst IN ({marks})",
+                    (session, EdgeType.DERIVES.value, *chunk),
+                ):
+                    derived.setdefault(src, []).append(dst)
                 # edges (both ends) and FTS rows go with them, by the schema's triggers
                 conn.execute(
                     f"DELETE FROM concepts WHERE session = ? AND id IN ({marks})",
                     (session, *chunk),
                 )
-            _scrub_rows(conn, session, scrub)
+            _redact_rows(conn, session, redaction, derived)
             conn.execute("INSERT INTO concepts_fts(concepts_fts) VALUES ('optimize')")
             conn.execute(*forget_event_insert(request.event(edges), "?"))
             if request.receipt_id is not None:
@@ -547,30 +554,33 @@ class SqliteStore:
         return lease_from(rows[0]) if rows else None
 
 
-def _scrub_rows(conn: sqlite3.Connection, session: str, scrub: Scrubber) -> None:
-    """Every settled intent's payload and outcome, and every interaction's summary, of the
-    session with the forgotten contents replaced (pending intents are writes admitted after
-    the forget: they write what they say)."""
-    for needle in scrub.needles:
-        rows = conn.execute(
-            "SELECT receipt_id, payload, outcome FROM write_intents WHERE session = ? "
-            "AND state != ? AND (instr(payload, ?) > 0 OR instr(outcome, ?) > 0)",
-            (session, IntentState.PENDING.value, needle, needle),
-        ).fetchall()
-        for receipt_id, payload, outcome in rows:
-            new_payload = scrub.json_text(payload)
-            new_outcome = scrub.json_text(outcome)
-            conn.execute(
-                "UPDATE write_intents SET payload = COALESCE(?, payload), "
-                "outcome = COALESCE(?, outcome) WHERE receipt_id = ?",
-                (new_payload, new_outcome, receipt_id),
-            )
-    for content, mark in scrub.pairs:
+def _redact_rows(
+    conn: sqlite3.Connection, session: str, redaction: Redaction, derived: dict[str, list[str]]
+) -> None:
+    """The rows tied to the forgotten ids, redacted (``forget.py``): pending intents are
+    not read (the forget's own, and none older: ``writes/forget.py`` refused it then)."""
+    for interaction, ids in derived.items():
         conn.execute(
-            "UPDATE interactions SET summary = replace(summary, ?, ?) "
-            "WHERE session = ? AND instr(summary, ?) > 0",
-            (content, mark, session, content),
+            "UPDATE interactions SET summary = ? WHERE session = ? AND id = ?",
+            (redaction.summary(ids), session, interaction),
         )
+    seen: set[str] = set()
+    for node_id in redaction.ids:
+        rows = conn.execute(
+            "SELECT receipt_id, state, payload, outcome FROM write_intents WHERE session = ? "
+            "AND state != ? AND tool != ? AND (instr(payload, ?) > 0 OR instr(outcome, ?) > 0)",
+            (session, IntentState.PENDING.value, FORGET_TOOL, node_id, node_id),
+        ).fetchall()
+        for receipt_id, state, payload, outcome in rows:
+            if receipt_id in seen:
+                continue
+            seen.add(receipt_id)
+            redacted = redaction.intent(state, payload, outcome)
+            if redacted is not None:
+                conn.execute(
+                    "UPDATE write_intents SET payload = ?, outcome = ? WHERE receipt_id = ?",
+                    (*redacted, receipt_id),
+                )
 
 
 def read_lease(path: Path, session: str) -> Lease | None:
