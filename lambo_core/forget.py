@@ -92,7 +92,10 @@ class ForgetRequest:
 
     def redaction(self) -> Redaction:
         return Redaction(
-            {n: marker(content_digest(c)) for n, c in zip(self.node_ids, self.contents, strict=True)}
+            {
+                n: marker(content_digest(c))
+                for n, c in zip(self.node_ids, self.contents, strict=True)
+            }
         )
 
 
@@ -167,7 +170,9 @@ def _redacted_outcome(outcome: dict[str, Any], state: str, marks: list[str]) -> 
     }
     return {
         # an applied write's first line is counts and short ids (writes/outcome.py)
-        "detail": detail.split("\n", 1)[0] if state == IntentState.APPLIED.value else REDACTED_DETAIL,
+        "detail": detail.split("\n", 1)[0]
+        if state == IntentState.APPLIED.value
+        else REDACTED_DETAIL,
         "data": kept,
         "forgotten": marks,
     }

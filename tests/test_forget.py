@@ -179,7 +179,9 @@ def _held(world: World, token: str) -> list[str]:
         f"intent {i.receipt_id} outcome" for i in world.store.intents(S)
         if token in json.dumps(i.outcome)
     ]  # fmt: skip
-    return found + [f"interaction {i.id}" for i in world.store.interactions(S) if token in i.summary]
+    return found + [
+        f"interaction {i.id}" for i in world.store.interactions(S) if token in i.summary
+    ]
 
 
 def test_writes_that_merged_into_or_named_the_concept_are_redacted_too(world: World) -> None:

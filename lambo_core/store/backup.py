@@ -82,7 +82,9 @@ def backup_sqlite(
     """Copy the store file ``store`` to ``target`` (see the module docstring)."""
     started = time.monotonic()
     if not store.is_file():
-        raise ConflictError(f"the store {_shown(store)} does not exist yet; there is nothing to back up")
+        raise ConflictError(
+            f"the store {_shown(store)} does not exist yet; there is nothing to back up"
+        )
     check_target(store, target, force=force)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..forget import FORGET_TOOL, ForgetRequest, Redaction
+from ..forget import ForgetRequest
 from ..index.keywords import fts5_query
 from ..model import (
     CanonizationEvent,
@@ -49,6 +49,7 @@ from .rows import (
     to_json,
 )
 from .sqlite_connection import BUSY_TIMEOUT_MS, Connections
+from .sqlite_forget import redact_rows
 from .sqlite_rows import (
     CANON_EVENT_COLUMNS,
     CONCEPT_COLUMNS,
@@ -323,7 +324,7 @@ class SqliteStore:
                     f"DELETE FROM concepts WHERE session = ? AND id IN ({marks})",
                     (session, *chunk),
                 )
-            _redact_rows(conn, session, redaction, derived)
+            redact_rows(conn, session, redaction, derived)
             conn.execute("INSERT INTO concepts_fts(concepts_fts) VALUES ('optimize')")
             conn.execute(*forget_event_insert(request.event(edges), "?"))
             if request.receipt_id is not None:
@@ -552,35 +553,6 @@ class SqliteStore:
             f"SELECT {LEASE_COLUMNS} FROM session_leases WHERE session = ?", (session,)
         )
         return lease_from(rows[0]) if rows else None
-
-
-def _redact_rows(
-    conn: sqlite3.Connection, session: str, redaction: Redaction, derived: dict[str, list[str]]
-) -> None:
-    """The rows tied to the forgotten ids, redacted (``forget.py``): pending intents are
-    not read (the forget's own, and none older: ``writes/forget.py`` refused it then)."""
-    for interaction, ids in derived.items():
-        conn.execute(
-            "UPDATE interactions SET summary = ? WHERE session = ? AND id = ?",
-            (redaction.summary(ids), session, interaction),
-        )
-    seen: set[str] = set()
-    for node_id in redaction.ids:
-        rows = conn.execute(
-            "SELECT receipt_id, state, payload, outcome FROM write_intents WHERE session = ? "
-            "AND state != ? AND tool != ? AND (instr(payload, ?) > 0 OR instr(outcome, ?) > 0)",
-            (session, IntentState.PENDING.value, FORGET_TOOL, node_id, node_id),
-        ).fetchall()
-        for receipt_id, state, payload, outcome in rows:
-            if receipt_id in seen:
-                continue
-            seen.add(receipt_id)
-            redacted = redaction.intent(state, payload, outcome)
-            if redacted is not None:
-                conn.execute(
-                    "UPDATE write_intents SET payload = ?, outcome = ? WHERE receipt_id = ?",
-                    (*redacted, receipt_id),
-                )
 
 
 def read_lease(path: Path, session: str) -> Lease | None:
