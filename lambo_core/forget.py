@@ -1,21 +1,35 @@
-"""What one forget asks of a store, and how its texts are scrubbed from the rows that keep them.
+"""What one forget asks of a store, and which stored rows it redacts.
 
-A forget removes concepts and their edges, and must not leave their content behind: a
-settled intent keeps the payload of the write that made the concept (and of any write that
-cited it by its text), an interaction keeps its call's text as its summary. Each store's
-``forget`` deletes the concepts and, in the same transaction, rewrites every such string so
-that each forgotten content is replaced by ``[forgotten <digest>]``, records a
-``ForgetEvent`` (ids and digests only) and settles the forget's intent.
+A forget removes concepts and their edges, and must not leave their content behind: the
+settled intent of a write that landed on a forgotten concept (created it, merged into it,
+named it in depends_on, against, produces or modifies) keeps that text in its payload, and
+the interaction of a call that derived into it keeps the call's text as its summary. The
+rows are found by where the text landed, never by string equality across the session (a
+forgotten "type" must not touch any other row):
+
+- an interaction with a derives edge into a forgotten concept: its whole summary becomes
+  the ``[forgotten <sha256-12>]`` marker(s) of the concepts it derived there;
+- a settled intent (not a forget's) whose payload or stored outcome names a forgotten id
+  as a value (the resolved references; the outcome's created / matched / action_node, a
+  stale report's rows): its payload becomes ``{"kind", "forgotten": [markers]}`` and its
+  outcome keeps only its first detail line (applied) and its counts and id lists. Settled
+  intents are never replayed; a receipt recovered after a restart reads only the outcome.
+
+Each store's ``forget`` deletes the concepts and, in the same transaction, redacts those
+rows, records a ``ForgetEvent`` (ids and digests only) and settles the forget's intent.
+A write still owed a replay and older than the forget would bring the text back after it:
+``writes/forget.py`` refuses the forget until that write has been applied.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .model import ForgetEvent, short_id
+from .model import ForgetEvent, IntentState, short_id
 
 #: the intent tool of a forget (an admin tool: never listed to an MCP client)
 FORGET_TOOL = "lambo.forget"
@@ -43,7 +57,6 @@ class ForgetRequest:
     contents: tuple[str, ...]  # each node's content (to scrub), in node_ids' order
     forced: bool
     receipt_id: str | None  # the forget's pending intent, settled applied in the transaction
-    keys: tuple[str, ...] = ()  # their canonical keys: a payload keeps them beside the text
 
     @property
     def digests(self) -> tuple[str, ...]:
@@ -67,7 +80,7 @@ class ForgetRequest:
         return {
             "detail": (
                 f"forgot {len(self.node_ids)} concept(s) ({shown}) and {edges_removed} edge(s); "
-                "their text was scrubbed from the session's stored writes"
+                "the stored writes and interactions that held their text were redacted"
             ),
             "data": {
                 "forgotten": list(self.node_ids),
@@ -77,49 +90,89 @@ class ForgetRequest:
             },
         }
 
-    def scrubber(self) -> Scrubber:
-        return Scrubber((*self.contents, *self.keys))
+    def redaction(self) -> Redaction:
+        return Redaction(
+            {
+                n: marker(content_digest(c))
+                for n, c in zip(self.node_ids, self.contents, strict=True)
+            }
+        )
 
 
-class Scrubber:
-    """Replaces every forgotten content inside strings (longest first, so a content that
-    contains another is replaced whole)."""
+#: what a redacted intent's outcome keeps of its data beside the counts (ids, no text)
+_KEPT_ID_DATA = ("created", "matched", "action_node")
+#: a redacted outcome's detail when the intent was not applied (its detail may quote a ref)
+REDACTED_DETAIL = "its text was redacted by a forget"
 
-    def __init__(self, contents: Sequence[str]) -> None:
-        unique = {c for c in contents if c}
-        self.pairs = [(c, marker(content_digest(c))) for c in sorted(unique, key=len, reverse=True)]
+
+class Redaction:
+    """The rows tied to the forgotten ids, and what replaces them (module docstring)."""
+
+    def __init__(self, markers: Mapping[str, str]) -> None:
+        self.markers = dict(markers)  # forgotten node id -> its marker
 
     @property
-    def needles(self) -> list[str]:
-        """Each content as it appears inside the stores' JSON text (``rows.to_json``), for a
-        cheap prefilter of the rows worth reading."""
+    def ids(self) -> list[str]:
+        return list(self.markers)
+
+    def summary(self, derived: Iterable[str]) -> str:
+        """An interaction's summary, redacted: the markers of the forgotten concepts it
+        derived (``derived``: those ids)."""
+        named = set(derived)
+        return " ".join(dict.fromkeys(m for n, m in self.markers.items() if n in named))
+
+    def named(self, *values: Any) -> list[str]:
+        """The forgotten ids that ``values`` (parsed JSON) hold as a string value."""
+        found: set[str] = set()
+
+        def walk(value: Any) -> None:
+            if isinstance(value, str):
+                if value in self.markers:
+                    found.add(value)
+            elif isinstance(value, list):
+                for v in value:
+                    walk(v)
+            elif isinstance(value, dict):
+                for v in value.values():  # keys are field names, never a reference
+                    walk(v)
+
+        for value in values:
+            walk(value)
+        return [n for n in self.markers if n in found]
+
+    def intent(
+        self, state: str, payload_text: str, outcome_text: str | None
+    ) -> tuple[str, str | None] | None:
+        """A settled intent's (payload, outcome) JSON, redacted; None when it names no
+        forgotten id (it is left as it is)."""
         from .store.rows import to_json
 
-        return [to_json(c)[1:-1] for c, _ in self.pairs]
-
-    def text(self, value: str) -> str:
-        for content, mark in self.pairs:
-            if content in value:
-                value = value.replace(content, mark)
-        return value
-
-    def json(self, value: Any) -> Any:
-        """``value`` (parsed JSON) with every string, key or value, scrubbed."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, list):
-            return [self.json(v) for v in value]
-        if isinstance(value, dict):
-            return {self.text(k): self.json(v) for k, v in value.items()}
-        return value
-
-    def json_text(self, text: str | None) -> str | None:
-        """A stored JSON text scrubbed, or None when it holds no forgotten content."""
-        import json
-
-        from .store.rows import to_json
-
-        if text is None or not any(n in text for n in self.needles):
+        payload = json.loads(payload_text)
+        outcome = json.loads(outcome_text) if outcome_text else None
+        named = self.named(payload, outcome)
+        if not named:
             return None
-        scrubbed = to_json(self.json(json.loads(text)))
-        return scrubbed if scrubbed != text else None
+        marks = list(dict.fromkeys(self.markers[n] for n in named))
+        kind = payload.get("kind") if isinstance(payload, dict) else None
+        redacted = to_json({"kind": kind, "forgotten": marks})
+        if not isinstance(outcome, dict):
+            return redacted, outcome_text
+        return redacted, to_json(_redacted_outcome(outcome, state, marks))
+
+
+def _redacted_outcome(outcome: dict[str, Any], state: str, marks: list[str]) -> dict[str, Any]:
+    detail = str(outcome.get("detail", ""))
+    data = outcome.get("data")
+    kept = {
+        k: v
+        for k, v in (data.items() if isinstance(data, dict) else ())
+        if k in _KEPT_ID_DATA or isinstance(v, (bool, int, float))
+    }
+    return {
+        # an applied write's first line is counts and short ids (writes/outcome.py)
+        "detail": detail.split("\n", 1)[0]
+        if state == IntentState.APPLIED.value
+        else REDACTED_DETAIL,
+        "data": kept,
+        "forgotten": marks,
+    }

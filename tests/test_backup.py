@@ -112,6 +112,29 @@ def test_refusals_leave_path_alone(store_file: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exists.db", "store"]
 
 
+def test_a_refusal_shows_path_without_its_control_bytes(store_file: Path, tmp_path: Path) -> None:
+    """A PATH is quoted in the message as show_safely makes it: no escape or bell reaches
+    the terminal."""
+    odd = tmp_path / "a\x1b[31mred\x07.db"
+    odd.write_text("mine")
+    with pytest.raises(ParameterError) as exists:
+        backup_sqlite(store_file, odd)
+    with pytest.raises(ParameterError) as missing:
+        backup_sqlite(store_file, tmp_path / "d\x1b[31m\x07" / "x.db")
+    directory = tmp_path / "dir\x1b[31m\x07"
+    directory.mkdir()
+    with pytest.raises(ParameterError) as is_dir:
+        backup_sqlite(store_file, directory)
+    for refused in (exists, missing, is_dir):
+        message = str(refused.value)
+        assert "\x1b" not in message and "\x07" not in message, message
+        assert "\ufffd[31m" in message
+    assert "exists; add --force" in str(exists.value) and odd.read_text() == "mine"
+    out = run("backup", "--store", str(store_file), str(odd))
+    assert out.returncode == 2 and "\x1b" not in out.stderr and "\x07" not in out.stderr
+    assert "exists; add --force to replace it" in out.stderr
+
+
 def test_the_command_prints_what_it_copied_and_refuses_stores_it_cannot(
     store_file: Path, tmp_path: Path, lambo_home: Path
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 
 from lambo_core.admin_tools import answer_admin
 from lambo_core.config import load_config
-from lambo_core.forget import FORGET_TOOL, ForgetRequest, Scrubber, content_digest
+from lambo_core.forget import FORGET_TOOL, ForgetRequest, content_digest
 from lambo_core.model import Concept, ConceptType, Status, WriteBatch, WriteIntent
 from lambo_core.serve import ServeOptions, open_service, stop_service
 from lambo_core.service import MemoryService
@@ -159,12 +160,99 @@ def test_the_text_is_scrubbed_from_stored_writes_and_the_audit_keeps_a_digest(
     assert event.agent_id == "operator" and not event.forced
     assert event.edges_removed == out["edges_removed"]
     assert TOKEN not in repr(event)
-    if world.path is not None:  # the file's bytes, WAL included, after the forget's checkpoint
+    if world.path is not None:  # the file's bytes, WAL included, once a checkpoint resets it
+        assert isinstance(world.store, SqliteStore)
+        assert world.store._db.checkpoint("TRUNCATE")[0] == 0  # the forget's own is PASSIVE
         for part in (world.path, world.path.with_name(world.path.name + "-wal")):
             if part.exists():
                 data = part.read_bytes()
                 assert TOKEN.encode() not in data, part
                 assert FTS_TERM not in data, part  # the keyword index's own copy of it
+
+
+def _held(world: World, token: str) -> list[str]:
+    """Where ``token`` is still stored: intents' payloads and outcomes, interactions."""
+    found = [
+        f"intent {i.receipt_id} payload" for i in world.store.intents(S)
+        if token in json.dumps(i.payload)
+    ] + [
+        f"intent {i.receipt_id} outcome" for i in world.store.intents(S)
+        if token in json.dumps(i.outcome)
+    ]  # fmt: skip
+    return found + [
+        f"interaction {i.id}" for i in world.store.interactions(S) if token in i.summary
+    ]
+
+
+def test_writes_that_merged_into_or_named_the_concept_are_redacted_too(world: World) -> None:
+    """A variant with the same key, and an action's produces text resolved to it, keep
+    the secret in their own payload and summary: those rows go too, others stay as they were."""
+    secret = world.derive("The deploy API key is sk-live-ABC123XYZ")
+    assert world.derive("The deploy  API key is sk-live-ABC123XYZ") == secret  # matched
+    ack = world.call(
+        "lambo_record_action", agent_id="a", action="rotated the deploy credentials",
+        produces=["The deploy API key is sk-live-ABC123XYZ"],
+    )  # fmt: skip
+    assert not ack["isError"], ack
+    assert world.wait(ack["structuredContent"]["receipt"])["matched"] == [secret]
+    other = world.derive("the build runs on two cores")
+    untouched = {
+        i.receipt_id: (i.payload, i.outcome) for i in world.store.intents(S)
+        if other in json.dumps(i.outcome)
+    }  # fmt: skip
+    assert len(untouched) == 1
+    assert _held(world, "sk-live-ABC123XYZ")
+
+    out = world.forget(secret)
+    assert out["state"] == "applied", out
+    assert _held(world, "sk-live-ABC123XYZ") == []
+    marker = f"[forgotten {content_digest('The deploy API key is sk-live-ABC123XYZ')[:12]}]"
+    summaries = [i.summary for i in world.store.interactions(S)]
+    assert summaries.count(marker) == 2  # the two derives that landed on it, whole
+    assert "rotated the deploy credentials" in summaries  # its own text did not name it
+    assert "the build runs on two cores" in summaries
+    for receipt_id, (payload, outcome) in untouched.items():
+        stored = world.store.get_intent(receipt_id)
+        assert stored is not None and (stored.payload, stored.outcome) == (payload, outcome)
+
+
+def test_forgetting_a_common_word_leaves_other_writes_alone(world: World) -> None:
+    """No scrub by string equality: a concept whose content is "type" takes neither the
+    key nor the word out of other rows."""
+    before_other = world.derive("the type of the field is logic")
+    word = world.derive("type")
+    rows = {
+        i.receipt_id: (i.payload, i.outcome) for i in world.store.intents(S)
+        if word not in json.dumps(i.outcome)
+    }  # fmt: skip
+    assert world.forget(word)["state"] == "applied"
+    for receipt_id, (payload, outcome) in rows.items():
+        stored = world.store.get_intent(receipt_id)
+        assert stored is not None and (stored.payload, stored.outcome) == (payload, outcome)
+    summaries = [i.summary for i in world.store.interactions(S)]
+    assert "the type of the field is logic" in summaries
+    assert world.store.get_concept(S, before_other) is not None
+
+
+def test_a_forget_behind_an_older_write_owed_a_replay_is_refused(world: World) -> None:
+    """A write kept pending (a transient failure) would be replayed after the forget and
+    bring the text back: the forget refuses until it has been applied."""
+    secret = world.derive(SECRET)
+    world.store.add_intent(
+        WriteIntent(
+            receipt_id="r-owed", session=S, agent_id="a", tool="lambo_derive",
+            payload={"kind": "derive", "concepts": [{"content": SECRET}]},
+            created_at=T0, via=S,
+        )
+    )  # fmt: skip
+    out = world.forget(secret)
+    assert out["state"] == "failed", out
+    assert out["detail"] == (
+        "conflict: 1 earlier write(s) of this session are still owed a replay (r-owed); "
+        "forget once they are applied; nothing was removed; nothing was written"
+    )  # the pipeline's failed-receipt suffix follows the forget's own
+    assert world.store.get_concept(S, secret) is not None
+    assert world.store.forget_events(S) == []
 
 
 def test_a_canonical_concept_needs_force(world: World) -> None:
@@ -250,15 +338,32 @@ def test_a_forget_left_pending_is_replayed_by_the_next_writer(
         store.close()
 
 
-def test_the_scrubber_replaces_longest_first_inside_any_json() -> None:
-    scrub = Scrubber(["abc", "abc def"])
-    value = {"k abc": ["abc def ghi", {"x": "zabc"}], "n": 3}
-    out = scrub.json(value)
-    long_mark, short_mark = (f"[forgotten {content_digest(t)[:12]}]" for t in ("abc def", "abc"))
-    assert out == {f"k {short_mark}": [f"{long_mark} ghi", {"x": f"z{short_mark}"}], "n": 3}
-    assert scrub.json_text('{"a":"nothing here"}') is None
-    request = ForgetRequest(S, "op", T0, ("id-1",), ("abc",), False, None)
-    assert request.event(2).digests == (content_digest("abc"),)
+def test_the_redaction_takes_rows_by_the_ids_they_name_never_by_their_text() -> None:
+    request = ForgetRequest(S, "op", T0, ("id-1", "id-2"), ("abc", "type"), False, None)
+    redaction = request.redaction()
+    one, two = (f"[forgotten {content_digest(t)[:12]}]" for t in ("abc", "type"))
+    # a key or a text equal to a forgotten content is no tie; only an id as a value is
+    untied = json.dumps({"type": "abc", "id-1": "type"})
+    assert redaction.intent("applied", untied, None) is None
+    payload = json.dumps({"kind": "derive", "concepts": [{"content": "abc", "type": "logic"}]})
+    outcome = json.dumps({
+        "detail": "derived 1 concept(s): 0 created (0 embedded), 1 matched existing\nrows",
+        "data": {"created": [], "matched": ["id-1"], "matched_count": 1,
+                 "stale_report": {"rows": [{"snippet": "abc"}]}},
+    })  # fmt: skip
+    redacted = redaction.intent("applied", payload, outcome)
+    assert redacted is not None
+    assert json.loads(redacted[0]) == {"kind": "derive", "forgotten": [one]}
+    assert json.loads(str(redacted[1])) == {
+        "detail": "derived 1 concept(s): 0 created (0 embedded), 1 matched existing",
+        "data": {"created": [], "matched": ["id-1"], "matched_count": 1},
+        "forgotten": [one],
+    }
+    refused = redaction.intent("failed", json.dumps({"kind": "derive", "r": "id-2"}),
+                               json.dumps({"detail": 'ref "abc" changed', "data": {}}))  # fmt: skip
+    assert refused is not None and "abc" not in refused[1]  # type: ignore[operator]
+    assert redaction.summary(["id-2", "id-1", "id-2"]) == f"{one} {two}"
+    assert request.event(2).digests == (content_digest("abc"), content_digest("type"))
     assert "abc" not in json.dumps(request.outcome(2))
 
 
@@ -287,11 +392,36 @@ def test_the_bytes_go_even_where_sqlite_keeps_freed_cells_by_default(tmp_path: P
 
     plain, concept = stored("plain")
     plain.delete_concepts(S, [concept.id])
-    plain._db.checkpoint()
+    plain._db.checkpoint("TRUNCATE")
     assert held(plain)  # the deleted cell's bytes are still in the file
     plain.close()
     forgotten, concept = stored("forgotten")
     forgotten.forget(ForgetRequest(S, "op", T0, (concept.id,), (secret,), False, None))
+    forgotten._db.checkpoint("TRUNCATE")  # the old frames go at a later checkpoint
     assert not held(forgotten)
     assert forgotten._db.write_conn.execute("PRAGMA secure_delete").fetchone() == (0,)
     forgotten.close()
+
+
+def test_the_forget_checkpoints_passively_behind_a_reader(tmp_path: Path) -> None:
+    """A TRUNCATE checkpoint would hold the session's writer up to the busy timeout behind
+    a reader (a running backup): the forget's checkpoint is PASSIVE, and the frames it could
+    not copy go at a later checkpoint."""
+    store = SqliteStore(tmp_path / "lambo.db")
+    store.ensure_session(S, T0)
+    seed(store)
+    reader = sqlite3.connect(store.path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM concepts").fetchone()  # holds a read snapshot
+    ran: list[str] = []
+    store._db.write_conn.set_trace_callback(ran.append)
+    try:
+        store.forget(ForgetRequest(S, "op", T0, (TWIN_A,), ("first twin",), False, None))
+    finally:
+        store._db.write_conn.set_trace_callback(None)
+        reader.rollback()
+        reader.close()
+    checkpoints = [q for q in ran if "wal_checkpoint" in q]
+    assert checkpoints == ["PRAGMA wal_checkpoint(PASSIVE)"], checkpoints
+    assert store.get_concept(S, TWIN_A) is None
+    store.close()

@@ -83,7 +83,8 @@ def backup_cmd(ctx: Context, path: str, store: str | None, force: bool) -> None:
     if shown:
         bar.finish()
     click.echo(
-        f"backed up {config.store_path} to {show_safely(str(report.path), 400)}: "
+        f"backed up {show_safely(str(config.store_path), 400)} to "
+        f"{show_safely(str(report.path), 400)}: "
         f"{report.sessions} session(s), {report.concepts} concept(s), {report.edges} edge(s), "
         f"{_size_text(report.bytes)} in {report.elapsed_s:.1f} s"
     )

@@ -44,9 +44,10 @@ def forget_cmd(
 
     Each ID is the 8-hex id recall shows, a full node id, or the concept's exact text. The
     whole call is refused, removing nothing, if any ID names no concept, several (they are
-    listed), or a Canonical concept without --force. Their text is scrubbed from the
-    session's stored writes too, and an audit event keeps who forgot which ids when, with
-    each content's SHA-256, never the text.
+    listed), or a Canonical concept without --force, or while an earlier write is still
+    owed a replay. The stored writes that landed on them (created, merged into or named
+    them) and the interactions that derived them are redacted too, and an audit event
+    keeps who forgot which ids when, with each content's SHA-256, never the text.
 
     \b
     Example:

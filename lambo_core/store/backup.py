@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConflictError, ParameterError, StoreError
+from ..text import show_safely
 from .files import PRIVATE_FILE
 from .sqlite_connection import BUSY_TIMEOUT_MS
 
 #: pages copied per step (16 MiB at the default 4 KiB page): progress redraws between steps
 PAGES_PER_STEP = 4096
+#: characters of a path a message quotes
+SHOWN_PATH_CHARS = 400
 
 #: progress(pages_done, pages_total), after each step
 Progress = Callable[[int, int], None]
@@ -40,6 +43,11 @@ class BackupReport:
     elapsed_s: float
 
 
+def _shown(path: Path) -> str:
+    """A path as a message quotes it: no control bytes reach the terminal."""
+    return show_safely(str(path), SHOWN_PATH_CHARS)
+
+
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve() or (b.exists() and os.path.samefile(a, b))
@@ -53,14 +61,14 @@ def check_target(store: Path, target: Path, *, force: bool) -> None:
     for own in (store, store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
         if _same_file(own, target):
             raise ParameterError(
-                f"PATH is the store itself ({store}); a backup must be written elsewhere"
+                f"PATH is the store itself ({_shown(store)}); a backup must be written elsewhere"
             )
     if target.is_dir():
-        raise ParameterError(f"PATH {target} is a directory; name the file to write")
+        raise ParameterError(f"PATH {_shown(target)} is a directory; name the file to write")
     if not target.parent.is_dir():
-        raise ParameterError(f"PATH's directory {target.parent} does not exist")
+        raise ParameterError(f"PATH's directory {_shown(target.parent)} does not exist")
     if target.exists() and not force:
-        raise ParameterError(f"PATH {target} exists; add --force to replace it")
+        raise ParameterError(f"PATH {_shown(target)} exists; add --force to replace it")
 
 
 def backup_sqlite(
@@ -74,14 +82,16 @@ def backup_sqlite(
     """Copy the store file ``store`` to ``target`` (see the module docstring)."""
     started = time.monotonic()
     if not store.is_file():
-        raise ConflictError(f"the store {store} does not exist yet; there is nothing to back up")
+        raise ConflictError(
+            f"the store {_shown(store)} does not exist yet; there is nothing to back up"
+        )
     check_target(store, target, force=force)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
     except OSError as exc:
         raise StoreError(
-            f"the backup's temporary file could not be created in {target.parent}",
+            f"the backup's temporary file could not be created in {_shown(target.parent)}",
             detail=str(exc),
         ) from exc
     os.close(fd)

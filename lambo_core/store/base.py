@@ -163,15 +163,15 @@ class Store(Protocol):
 
     def forget(self, request: ForgetRequest) -> int:
         """Remove ``request.node_ids``' concepts with their edges (either end), vectors and
-        keyword entries; replace every forgotten content in the session's settled intents
-        (payload, outcome) and interactions' summaries (``forget.Scrubber``); record the
+        keyword entries; redact the session's rows tied to them (``forget.Redaction``:
+        interactions that derived into them, settled intents naming them); record the
         ``ForgetEvent``; settle the request's pending intent applied: one transaction, or
         nothing. Ids no longer there are skipped. Returns how many edges went."""
         ...
 
     def add_forget_event(self, event: ForgetEvent) -> None:
         """Add one row to the session's forget audit as it is (a store copy writes them:
-        ``forget`` records its own); removes, scrubs and counts nothing."""
+        ``forget`` records its own); removes, redacts and counts nothing."""
         ...
 
     def forget_events(self, session: str) -> list[ForgetEvent]:

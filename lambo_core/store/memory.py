@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..forget import ForgetRequest
+from ..forget import FORGET_TOOL, ForgetRequest
 from ..index.keywords import Bm25Index
 from ..model import (
     CanonizationEvent,
@@ -291,7 +291,7 @@ class MemoryStore:
     def forget(self, request: ForgetRequest) -> int:
         """A forget, all or nothing (``forget.py``); the edges it removed."""
         session = request.session
-        scrub = request.scrubber()
+        redaction = request.redaction()
         with self._lock:
             self._check_fence(session)
             state = self._session(session)
@@ -311,18 +311,31 @@ class MemoryStore:
                 k: e for k, e in state.edges.items() if e.src not in doomed and e.dst not in doomed
             }
             edges = len(state.edges) - len(kept)
+            derived: dict[str, list[str]] = {}  # interaction -> the forgotten ids it derived
+            for e in state.edges.values():
+                if e.edge_type is EdgeType.DERIVES and e.dst in doomed:
+                    derived.setdefault(e.src, []).append(e.dst)
             state.edges = kept
             for node_id in doomed:
                 del state.concepts[node_id]
                 state.vectors.pop(node_id, None)
                 state.keywords.remove(node_id)
             for other in self._intents.values():
-                if other.intent.session != session or other.intent.state is IntentState.PENDING:
+                if (
+                    other.intent.session != session
+                    or other.intent.state is IntentState.PENDING  # none older: forget.py
+                    or other.intent.tool == FORGET_TOOL
+                ):
                     continue
-                other.payload_json = scrub.json_text(other.payload_json) or other.payload_json
-                other.outcome_json = scrub.json_text(other.outcome_json) or other.outcome_json
-            for interaction in state.interactions.values():
-                interaction.summary = scrub.text(interaction.summary)
+                redacted = redaction.intent(
+                    other.intent.state.value, other.payload_json, other.outcome_json
+                )
+                if redacted is not None:
+                    other.payload_json, other.outcome_json = redacted
+            for interaction_id, ids in derived.items():
+                interaction = state.interactions.get(interaction_id)
+                if interaction is not None:
+                    interaction.summary = redaction.summary(ids)
             state.forget_events.append(request.event(edges))
             if held is not None:
                 held.intent.state = IntentState.APPLIED

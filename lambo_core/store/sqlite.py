@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..forget import ForgetRequest, Scrubber
+from ..forget import ForgetRequest
 from ..index.keywords import fts5_query
 from ..model import (
     CanonizationEvent,
@@ -49,6 +49,7 @@ from .rows import (
     to_json,
 )
 from .sqlite_connection import BUSY_TIMEOUT_MS, Connections
+from .sqlite_forget import redact_rows
 from .sqlite_rows import (
     CANON_EVENT_COLUMNS,
     CONCEPT_COLUMNS,
@@ -293,14 +294,16 @@ class SqliteStore:
         """A forget in one transaction (``forget.py``); the edges it removed.
 
         Under ``secure_delete`` the freed cells are zeroed; the FTS index is optimized so
-        the concepts' terms leave its segments too; then the WAL is checkpointed and reset
-        so the old frames that held the content go (a reader holding it open defers that
-        to a later checkpoint: logged)."""
+        the concepts' terms leave its segments too; then a PASSIVE checkpoint copies the
+        zeroed pages into the file without waiting on readers (a running backup): the WAL's
+        old frames that held the content are overwritten as it is reused, or reset at a
+        later TRUNCATE checkpoint."""
         session = request.session
         ids = list(dict.fromkeys(request.node_ids))
-        scrub = request.scrubber()
+        redaction = request.redaction()
         with self._db.write(session, secure_delete=True) as conn:
             edges = 0
+            derived: dict[str, list[str]] = {}  # interaction -> the forgotten ids it derived
             for start in range(0, len(ids), IDS_PER_DELETE):
                 chunk = ids[start : start + IDS_PER_DELETE]
                 marks = ", ".join("?" * len(chunk))
@@ -310,12 +313,18 @@ class SqliteStore:
                     (session, *chunk, *chunk),
                 ).fetchone()
                 edges += int(row[0])
+                for src, dst in conn.execute(
+                    f"SELECT src, dst FROM edges WHERE session = ? AND edge_type = ? "
+                    f"AND dst IN ({marks})",
+                    (session, EdgeType.DERIVES.value, *chunk),
+                ):
+                    derived.setdefault(src, []).append(dst)
                 # edges (both ends) and FTS rows go with them, by the schema's triggers
                 conn.execute(
                     f"DELETE FROM concepts WHERE session = ? AND id IN ({marks})",
                     (session, *chunk),
                 )
-            _scrub_rows(conn, session, scrub)
+            redact_rows(conn, session, redaction, derived)
             conn.execute("INSERT INTO concepts_fts(concepts_fts) VALUES ('optimize')")
             conn.execute(*forget_event_insert(request.event(edges), "?"))
             if request.receipt_id is not None:
@@ -334,11 +343,11 @@ class SqliteStore:
                 "UPDATE sessions SET mutation_count = mutation_count + ? WHERE name = ?",
                 (len(ids) + edges, session),
             )
-        busy, _, _ = self._db.checkpoint()
+        busy, _, _ = self._db.checkpoint("PASSIVE")
         if busy:
-            log.warning(
-                "forget in session %s: a reader kept the WAL from being reset; the frames "
-                "that held the forgotten text go at a later checkpoint",
+            log.info(
+                "forget in session %s: a reader held part of the WAL; the frames that held "
+                "the forgotten text go at a later checkpoint",
                 session,
             )
         return edges
@@ -544,32 +553,6 @@ class SqliteStore:
             f"SELECT {LEASE_COLUMNS} FROM session_leases WHERE session = ?", (session,)
         )
         return lease_from(rows[0]) if rows else None
-
-
-def _scrub_rows(conn: sqlite3.Connection, session: str, scrub: Scrubber) -> None:
-    """Every settled intent's payload and outcome, and every interaction's summary, of the
-    session with the forgotten contents replaced (pending intents are writes admitted after
-    the forget: they write what they say)."""
-    for needle in scrub.needles:
-        rows = conn.execute(
-            "SELECT receipt_id, payload, outcome FROM write_intents WHERE session = ? "
-            "AND state != ? AND (instr(payload, ?) > 0 OR instr(outcome, ?) > 0)",
-            (session, IntentState.PENDING.value, needle, needle),
-        ).fetchall()
-        for receipt_id, payload, outcome in rows:
-            new_payload = scrub.json_text(payload)
-            new_outcome = scrub.json_text(outcome)
-            conn.execute(
-                "UPDATE write_intents SET payload = COALESCE(?, payload), "
-                "outcome = COALESCE(?, outcome) WHERE receipt_id = ?",
-                (new_payload, new_outcome, receipt_id),
-            )
-    for content, mark in scrub.pairs:
-        conn.execute(
-            "UPDATE interactions SET summary = replace(summary, ?, ?) "
-            "WHERE session = ? AND instr(summary, ?) > 0",
-            (content, mark, session, content),
-        )
 
 
 def read_lease(path: Path, session: str) -> Lease | None:

@@ -24,6 +24,8 @@ from .files import create_private_file, make_private_dirs
 from .rows import refused
 
 BUSY_TIMEOUT_MS = 5000
+#: the wal_checkpoint modes lambo runs
+CHECKPOINT_MODES = ("PASSIVE", "TRUNCATE")
 ROWS_PER_FETCH = 500  # rows fetched per hold of the read lock
 
 READ_FAILED = "the store could not be read; the detail was logged"
@@ -146,12 +148,16 @@ class Connections:
                     with suppress(sqlite3.Error):
                         conn.execute(f"PRAGMA secure_delete = {int(previous)}")
 
-    def checkpoint(self) -> tuple[int, int, int]:
-        """``PRAGMA wal_checkpoint(TRUNCATE)`` on the write connection: (busy, WAL frames,
-        frames copied). Busy (1) when a reader kept the WAL from being reset."""
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(mode)`` on the write connection: (busy, WAL frames,
+        frames copied). PASSIVE copies what no reader still needs and never waits;
+        TRUNCATE also resets the WAL, waiting behind readers up to the busy timeout
+        (busy 1 when one kept it from that)."""
+        if mode not in CHECKPOINT_MODES:
+            raise ValueError(f"checkpoint mode must be one of {CHECKPOINT_MODES}")
         with self._write_lock:
             try:
-                row = self.write_conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                row = self.write_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
             except sqlite3.Error as exc:
                 raise refused(str(exc)) from exc
         return int(row[0]), int(row[1]), int(row[2])

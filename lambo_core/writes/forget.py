@@ -6,8 +6,9 @@ id, an 8-hex short id, the concept's exact text) and refuses the whole call, rem
 nothing, when any reference names no concept, several, an interaction, or a Canonical
 concept without ``force``. The intent stores the resolved node ids only, never the text a
 reference gave. Applying it re-checks each id (the daemon may have promoted one
-meanwhile), then the store removes and scrubs in one transaction (``forget.py``) and the
-RAM index follows, so the next recall no longer finds them.
+meanwhile) and refuses while an older write is still owed a replay, then the store removes
+the concepts and redacts the rows that held their text in one transaction (``forget.py``)
+and the RAM index follows, so the next recall no longer finds them.
 """
 
 from __future__ import annotations
@@ -104,15 +105,37 @@ def admit_forget(args: object, graph: SessionGraph) -> Admitted:
     )
 
 
+#: receipts an owed-replay refusal names
+_SHOWN_OWED = 5
+
+
+def _refuse_behind_owed_writes(session: Session, intent: WriteIntent) -> None:
+    """A write admitted before the forget and still pending (a transient failure kept it
+    for a replay) would land the forgotten text again once replayed after the forget, and
+    which text it will land on is only known then: the forget waits for it, refused."""
+    owed = [
+        i.receipt_id
+        for i in session.store.pending_intents(session.name)
+        if i.seq < intent.seq and i.receipt_id != intent.receipt_id
+    ]
+    if owed:
+        shown = ", ".join(owed[:_SHOWN_OWED]) + (", …" if len(owed) > _SHOWN_OWED else "")
+        raise ConflictError(
+            f"{len(owed)} earlier write(s) of this session are still owed a replay ({shown}); "
+            "forget once they are applied" + NOTHING_REMOVED
+        )
+
+
 def plan_forget(session: Session, intent: WriteIntent) -> ForgetRequest:
-    """What the forget removes now (call under the index lock): ids gone meanwhile are
-    skipped; one that turned Canonical since its admission refuses the whole forget."""
+    """What the forget removes now (call under the index lock): refused while an older
+    write is owed a replay; ids gone meanwhile are skipped; one that turned Canonical since
+    its admission refuses the whole forget."""
+    _refuse_behind_owed_writes(session, intent)
     payload = intent.payload
     graph = session.index.graph
     force = bool(payload.get("force"))
     ids: list[str] = []
     contents: list[str] = []
-    keys: list[str] = []
     for node_id in payload.get("node_ids", []):
         concept = graph.concept(str(node_id))
         if concept is None:
@@ -124,7 +147,6 @@ def plan_forget(session: Session, intent: WriteIntent) -> ForgetRequest:
             )
         ids.append(concept.id)
         contents.append(concept.content)
-        keys.append(concept.canonical_key)
     return ForgetRequest(
         session=session.name,
         agent_id=intent.agent_id,
@@ -133,7 +155,6 @@ def plan_forget(session: Session, intent: WriteIntent) -> ForgetRequest:
         contents=tuple(contents),
         forced=force,
         receipt_id=intent.receipt_id,
-        keys=tuple(keys),
     )
 
 

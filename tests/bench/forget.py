@@ -55,10 +55,7 @@ def main() -> None:
             store.delete_concepts(S, [victims[1].id])
             delete_ms = (time.perf_counter() - started) * 1000
             target = victims[0]
-            request = ForgetRequest(
-                S, "bench", 2.0, (target.id,), (target.content,), False, None,
-                keys=(target.canonical_key,),
-            )  # fmt: skip
+            request = ForgetRequest(S, "bench", 2.0, (target.id,), (target.content,), False, None)
             started = time.perf_counter()
             store.forget(request)
             forget_ms = (time.perf_counter() - started) * 1000

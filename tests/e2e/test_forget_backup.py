@@ -9,6 +9,7 @@ import json
 import sqlite3
 import subprocess
 import time
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -127,6 +128,9 @@ def test_forget_through_the_running_hub(
         store.close()
     if served_shared_store == "sqlite":
         db = resolve_paths(serve_env(served_home)).default_store
+        # the forget's checkpoint is PASSIVE (it never waits on readers): reset the WAL here
+        with closing(sqlite3.connect(db)) as conn:
+            assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
         for part in (db, db.with_name(db.name + "-wal")):
             if part.exists():
                 assert TOKEN not in part.read_bytes(), part

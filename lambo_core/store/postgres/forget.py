@@ -1,4 +1,5 @@
-"""A forget on PostgreSQL (and CockroachDB): ``forget.ForgetRequest`` in one transaction.
+"""A forget on PostgreSQL (and CockroachDB): ``forget.ForgetRequest`` in one transaction,
+the rows tied to the forgotten ids redacted as ``forget.py`` says.
 
 The rows go at once; their old versions stay in the tables' dead tuples (and the server's
 WAL) until PostgreSQL vacuums and reuses the space, which lambo does not force: an operator
@@ -11,22 +12,28 @@ from typing import Any
 
 import psycopg
 
-from ...forget import ForgetRequest
-from ...model import IntentState
+from ...forget import FORGET_TOOL, ForgetRequest
+from ...model import EdgeType, IntentState
 from ..base import IntentNotPending
 from ..rows import WRITE_REFUSED, forget_event_insert, to_json
 
 
 def forget_rows(cur: psycopg.Cursor[Any], request: ForgetRequest) -> int:
-    """Remove, scrub, audit and settle (``Store.forget``); the edges removed."""
+    """Remove, redact, audit and settle (``Store.forget``); the edges removed."""
     session = request.session
     ids = list(dict.fromkeys(request.node_ids))
-    scrub = request.scrubber()
+    redaction = request.redaction()
     row = cur.execute(
         "SELECT count(*) FROM edges WHERE session = %s AND (src = ANY(%s) OR dst = ANY(%s))",
         (session, ids, ids),
     ).fetchone()
     edges = int(row[0]) if row else 0
+    derived: dict[str, list[str]] = {}  # interaction -> the forgotten ids it derived
+    for src, dst in cur.execute(
+        "SELECT src, dst FROM edges WHERE session = %s AND edge_type = %s AND dst = ANY(%s)",
+        (session, EdgeType.DERIVES.value, ids),
+    ).fetchall():
+        derived.setdefault(src, []).append(dst)
     cur.execute("DELETE FROM edges WHERE session = %s AND src = ANY(%s)", (session, ids))
     gone = cur.execute(
         "DELETE FROM concepts WHERE session = %s AND id = ANY(%s) RETURNING kw_length",
@@ -37,24 +44,29 @@ def forget_rows(cur: psycopg.Cursor[Any], request: ForgetRequest) -> int:
         "mutation_count = mutation_count + %s WHERE name = %s",
         (len(gone), sum(int(r[0]) for r in gone), len(gone) + edges, session),
     )
-    for needle in scrub.needles:
-        found = cur.execute(
-            "SELECT receipt_id, payload, outcome FROM write_intents WHERE session = %s "
-            "AND state <> %s AND (strpos(payload, %s) > 0 OR strpos(outcome, %s) > 0)",
-            (session, IntentState.PENDING.value, needle, needle),
-        ).fetchall()
-        for receipt_id, payload, outcome in found:
-            cur.execute(
-                "UPDATE write_intents SET payload = COALESCE(%s, payload), "
-                "outcome = COALESCE(%s, outcome) WHERE receipt_id = %s",
-                (scrub.json_text(payload), scrub.json_text(outcome), receipt_id),
-            )
-    for content, mark in scrub.pairs:
+    for interaction, derived_ids in derived.items():
         cur.execute(
-            "UPDATE interactions SET summary = replace(summary, %s, %s) "
-            "WHERE session = %s AND strpos(summary, %s) > 0",
-            (content, mark, session, content),
+            "UPDATE interactions SET summary = %s WHERE session = %s AND id = %s",
+            (redaction.summary(derived_ids), session, interaction),
         )
+    seen: set[str] = set()
+    for node_id in ids:  # pending intents are not read: none older (writes/forget.py)
+        found = cur.execute(
+            "SELECT receipt_id, state, payload, outcome FROM write_intents WHERE session = %s "
+            "AND state <> %s AND tool <> %s "
+            "AND (strpos(payload, %s) > 0 OR strpos(outcome, %s) > 0)",
+            (session, IntentState.PENDING.value, FORGET_TOOL, node_id, node_id),
+        ).fetchall()
+        for receipt_id, state, payload, outcome in found:
+            if receipt_id in seen:
+                continue
+            seen.add(receipt_id)
+            redacted = redaction.intent(state, payload, outcome)
+            if redacted is not None:
+                cur.execute(
+                    "UPDATE write_intents SET payload = %s, outcome = %s WHERE receipt_id = %s",
+                    (*redacted, receipt_id),
+                )
     cur.execute(*forget_event_insert(request.event(edges), "%s"))
     if request.receipt_id is not None:
         cur.execute(
