@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from lambo_core.embed.importer import import_model
 from lambo_core.paths import resolve_paths
@@ -100,6 +100,32 @@ def serve_env(home: Path) -> dict[str, str]:
     env["LAMBO_HOME"] = str(home)
     env["LAMBO_LOG"] = "INFO"
     return env
+
+
+def run_lambo(
+    home: Path, *args: str, stdin: str | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """One ``lambo`` command with ``home`` as its LAMBO_HOME and working directory."""
+    return subprocess.run(
+        [*lambo_argv(), *args],
+        capture_output=True,
+        text=True,
+        input=stdin if stdin is not None else "",
+        env=serve_env(home),
+        cwd=home,
+        timeout=timeout,
+    )
+
+
+def stdio_params(home: Path, session: str, *extra: str) -> StdioServerParameters:
+    """How an MCP client spawns ``lambo serve --session session`` with ``home``."""
+    argv = lambo_argv()
+    return StdioServerParameters(
+        command=argv[0],
+        args=[*argv[1:], "serve", "--session", session, *extra],
+        env=serve_env(home),
+        cwd=str(home),
+    )
 
 
 def sitecustomize(where: Path, code: str) -> dict[str, str]:

@@ -4,24 +4,13 @@ each store that outlives a command (``served_shared_store``: SQLite, PostgreSQL)
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import anyio
 from mcp import Client, StdioServerParameters
 
 from tests.e2e.conftest import lambo_argv, serve_env
-
-
-def lambo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*lambo_argv(), *args],
-        capture_output=True,
-        text=True,
-        env=serve_env(home),
-        cwd=home,
-        timeout=120,
-    )
+from tests.e2e.conftest import run_lambo as lambo
 
 
 def test_cli_alone_writes_reads_and_exit_codes(served_home: Path, served_shared_store: str) -> None:

@@ -14,37 +14,18 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from lambo_core.model import Concept, ConceptType, WriteBatch, new_id
 from lambo_core.paths import resolve_paths
 from lambo_core.store import SqliteStore
-from tests.e2e.conftest import body, lambo_argv, open_served_store, serve_env
+from tests.e2e.conftest import body, open_served_store, serve_env
+from tests.e2e.conftest import run_lambo as lambo
+from tests.e2e.conftest import stdio_params as serve_params
 
 SECRET = "the deploy token for staging is tok-7Hq2xUNIQUEzz91"
 TOKEN = b"tok-7Hq2xUNIQUEzz91"
-
-
-def lambo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*lambo_argv(), *args],
-        capture_output=True,
-        text=True,
-        env=serve_env(home),
-        cwd=home,
-        timeout=120,
-    )
-
-
-def serve_params(home: Path, session: str) -> StdioServerParameters:
-    argv = lambo_argv()
-    return StdioServerParameters(
-        command=argv[0],
-        args=[*argv[1:], "serve", "--session", session],
-        env=serve_env(home),
-        cwd=str(home),
-    )
 
 
 async def derive_applied(client: Client, content: str, **extra: object) -> str:

@@ -21,7 +21,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.conftest import ROOT, lambo_argv, serve_env
+from tests.e2e.conftest import ROOT, lambo_argv, run_lambo, serve_env
 
 SERVER_MEMORY = ROOT / ".npm-tools" / "node_modules" / ".bin" / "mcp-server-memory"
 PROGRESS = re.compile(r"^importing: \d+/\d+ lines \(\d+%\), [\d,]+ lines/s, [\d:?]+ left$")
@@ -98,15 +98,7 @@ TYPES = ("entity", "logic", "constraint", "resource", "observation")
 
 
 def lambo(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*lambo_argv(), *args],
-        capture_output=True,
-        text=True,
-        input=stdin if stdin is not None else "",
-        env=serve_env(home),
-        cwd=home,
-        timeout=900,
-    )
+    return run_lambo(home, *args, stdin=stdin, timeout=900)  # an import of 5,000 lines
 
 
 def said(out: subprocess.CompletedProcess[str]) -> list[str]:

@@ -5,15 +5,16 @@ hand. A session stamped by another model is warned about, and the serve refuses 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import anyio
-from mcp import Client, StdioServerParameters
+from mcp import Client
 
 from lambo_core.paths import resolve_paths
 from lambo_core.store import SqliteStore
-from tests.e2e.conftest import body, derive, lambo_argv, serve_env
+from tests.e2e.conftest import body, derive, serve_env
+from tests.e2e.conftest import run_lambo as lambo
+from tests.e2e.conftest import stdio_params as params
 
 BGE_M3_CONTRACT = {"kind": "onnx", "model": None, "dim": 1024}
 
@@ -25,27 +26,6 @@ FACTS = [
 ]
 # shares no word with the fact it should find
 QUERY = "no space left on the storage device"
-
-
-def lambo(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*lambo_argv(), *args],
-        capture_output=True,
-        text=True,
-        env=serve_env(home),
-        cwd=home,
-        timeout=120,
-    )
-
-
-def params(home: Path, session: str) -> StdioServerParameters:
-    argv = lambo_argv()
-    return StdioServerParameters(
-        command=argv[0],
-        args=[*argv[1:], "serve", "--session", session],
-        env=serve_env(home),
-        cwd=str(home),
-    )
 
 
 def test_package_import_use_verify_then_serve_recalls_by_meaning(lambo_home: Path) -> None:
