@@ -63,6 +63,11 @@ def test_sigterm_stops_every_session_and_hands_queued_writes_on(
     store_path = tmp_path / "stop.db"
     # every derive at once, past the default rates: this test is about the stop
     serve_settings(served_home, per_credential_rps=5000.0, per_session_rps=5000.0)
+    # one model call per write, so writes are still queued when the stop comes (the batched
+    # writer drains this queue before the stats call; tests/test_write_batches.py stops
+    # mid batch)
+    with (served_home / "config" / "lambo.toml").open("a", encoding="utf-8") as fh:
+        fh.write("\n[writes]\nembed_batch = 1\n")
     acked: dict[str, list[tuple[str, str]]] = {}
     waited: dict[str, list[dict[str, object]]] = {s: [] for s in SESSIONS}
     with HttpServe(served_home, store_path, SESSIONS) as serve:
