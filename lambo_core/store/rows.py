@@ -92,6 +92,21 @@ def forget_event_insert(event: ForgetEvent, mark: str) -> tuple[str, tuple[Any, 
     return f"INSERT INTO forget_events({FORGET_EVENT_COLUMNS}) VALUES ({marks})", values
 
 
+def forget_settle(
+    receipt_id: str, session: str, outcome: dict[str, Any], settled_at: float, mark: str
+) -> tuple[str, tuple[Any, ...]]:
+    """The UPDATE that settles a forget's pending intent applied (one row, or the intent
+    was not pending); ``mark`` is the driver's placeholder, as for forget_event_insert."""
+    m = mark
+    sql = (
+        f"UPDATE write_intents SET state = {m}, outcome = {m}, settled_at = {m} "
+        f"WHERE receipt_id = {m} AND session = {m} AND state = {m}"
+    )
+    values = (IntentState.APPLIED.value, to_json(outcome), settled_at, receipt_id, session,
+              IntentState.PENDING.value)  # fmt: skip
+    return sql, values
+
+
 def forget_event_from(row: tuple[Any, ...]) -> ForgetEvent:
     """A forget_events row (SQLite and PostgreSQL alike): ids and digests are JSON arrays."""
     return ForgetEvent(

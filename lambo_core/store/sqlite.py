@@ -44,6 +44,7 @@ from .rows import (
     check_batch_sessions,
     forget_event_from,
     forget_event_insert,
+    forget_settle,
     refused,
     settled_state,
     to_json,
@@ -329,12 +330,14 @@ class SqliteStore:
             conn.execute(*forget_event_insert(request.event(edges), "?"))
             if request.receipt_id is not None:
                 cur = conn.execute(
-                    "UPDATE write_intents SET state = ?, outcome = ?, settled_at = ? "
-                    "WHERE receipt_id = ? AND session = ? AND state = ?",
-                    (IntentState.APPLIED.value, to_json(request.outcome(edges)),
-                     request.occurred_at, request.receipt_id, session,
-                     IntentState.PENDING.value),
-                )  # fmt: skip
+                    *forget_settle(
+                        request.receipt_id,
+                        session,
+                        request.outcome(edges),
+                        request.occurred_at,
+                        "?",
+                    )
+                )
                 if cur.rowcount != 1:
                     raise IntentNotPending(
                         WRITE_REFUSED, detail="the forget's intent is not pending in this session"

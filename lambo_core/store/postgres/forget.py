@@ -15,7 +15,7 @@ import psycopg
 from ...forget import FORGET_TOOL, ForgetRequest
 from ...model import EdgeType, IntentState
 from ..base import IntentNotPending
-from ..rows import WRITE_REFUSED, forget_event_insert, to_json
+from ..rows import WRITE_REFUSED, forget_event_insert, forget_settle
 
 
 def forget_rows(cur: psycopg.Cursor[Any], request: ForgetRequest) -> int:
@@ -70,12 +70,10 @@ def forget_rows(cur: psycopg.Cursor[Any], request: ForgetRequest) -> int:
     cur.execute(*forget_event_insert(request.event(edges), "%s"))
     if request.receipt_id is not None:
         cur.execute(
-            "UPDATE write_intents SET state = %s, outcome = %s, settled_at = %s "
-            "WHERE receipt_id = %s AND session = %s AND state = %s",
-            (IntentState.APPLIED.value, to_json(request.outcome(edges)),
-             request.occurred_at, request.receipt_id, session,
-             IntentState.PENDING.value),
-        )  # fmt: skip
+            *forget_settle(
+                request.receipt_id, session, request.outcome(edges), request.occurred_at, "%s"
+            )
+        )
         if cur.rowcount != 1:
             raise IntentNotPending(
                 WRITE_REFUSED, detail="the forget's intent is not pending in this session"
