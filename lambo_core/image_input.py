@@ -17,11 +17,13 @@ import io
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from PIL import Image, ImageFile, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
+from typing import TYPE_CHECKING
 
 from .errors import ParameterError
 from .text import show_safely
+
+if TYPE_CHECKING:
+    from PIL import ImageFile
 
 MIMES = ("image/png", "image/jpeg", "image/webp")
 MAX_IMAGE_BYTES = 2 * 1024 * 1024  # 2 MiB decoded
@@ -37,13 +39,6 @@ _BASE64_RE = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _DATA_URI_RE = re.compile(r"\s*data:", re.IGNORECASE)
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_MAGIC = b"\xff\xd8\xff"
-# The plugin that parses each type. Opened through its class, not ``Image.open``: see
-# ``_decode``.
-_PLUGINS: dict[str, type[ImageFile.ImageFile]] = {
-    "image/png": PngImagePlugin.PngImageFile,
-    "image/jpeg": JpegImagePlugin.JpegImageFile,
-    "image/webp": WebPImagePlugin.WebPImageFile,
-}
 
 
 @dataclass(frozen=True)
@@ -175,7 +170,11 @@ def _decode(field: str, mime: str, data: bytes) -> tuple[int, int]:
     does nothing for JPEG or WebP, so a truncated or corrupt image would pass it. The full
     decode costs at most 64 MiB of pixels for the largest image accepted.
     """
-    plugin = _PLUGINS[mime]
+    # Imported here, not at the top: a server that never sees an image never loads Pillow
+    # (nor, from a .pyz, unpacks it), so a text-only start costs what it did.
+    from PIL import Image
+
+    plugin = _plugin(mime)
     try:
         with plugin(io.BytesIO(data)) as image:
             width, height = image.size
@@ -195,3 +194,16 @@ def _decode(field: str, mime: str, data: bytes) -> tuple[int, int]:
             f"{field} is not a readable {mime} image: it is truncated or corrupt"
         ) from None
     return width, height
+
+
+def _plugin(mime: str) -> type[ImageFile.ImageFile]:
+    """The Pillow plugin class that parses ``mime`` (opened through its class, not
+    ``Image.open``: see ``_decode``)."""
+    from PIL import JpegImagePlugin, PngImagePlugin, WebPImagePlugin
+
+    plugins: dict[str, type[ImageFile.ImageFile]] = {
+        "image/png": PngImagePlugin.PngImageFile,
+        "image/jpeg": JpegImagePlugin.JpegImageFile,
+        "image/webp": WebPImagePlugin.WebPImageFile,
+    }
+    return plugins[mime]
