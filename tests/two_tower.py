@@ -195,13 +195,15 @@ def tiny_clip(where: Path, *, seed: int = 11, layout: str = "flat") -> TinyClip:
     return TinyClip(where, table, projection, vocab)
 
 
-def install_tiny_clip(lambo_home: Path, name: str = "tiny-clip") -> TinyClip:
-    """Import the tiny model under ``LAMBO_HOME``'s models directory as ``name``, so a
-    config can say ``[embedder] model = "tiny-clip"``."""
+def install_tiny_clip(where: Path, name: str = "tiny-clip") -> TinyClip:
+    """Write the model's files under ``where`` and import them into the models directory
+    of the configuration in effect (``LAMBO_HOME``'s), so a config can say
+    ``[embedder] model = "tiny-clip"``."""
+    from lambo_core.config import load_config
     from lambo_core.embed.importer import import_model
 
-    src = tiny_clip(lambo_home.parent / f"{name}-src")
-    model_dir = import_model(src.dir, name, lambo_home / "models")
+    src = tiny_clip(where / f"{name}-src")
+    model_dir = import_model(src.dir, name, load_config().paths.models_dir)
     return TinyClip(model_dir, src.table, src.projection, src.vocab)
 
 
@@ -227,3 +229,55 @@ def png(
 def copy_model(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest)
     return dest
+
+
+def clip_stand_in(where: Path) -> dict[str, bytes]:
+    """Stand-ins for the catalog's CLIP files, with its shapes and names: a text graph
+    taking input_ids alone (as the CLIP text exports do) to text_embeds [b, 512], a vision
+    graph taking pixel_values [b, 3, 224, 224] to image_embeds [b, 512], a tokenizer whose
+    <|endoftext|> is id 49407, and CLIP's own preprocessor_config.json. Keyed by hub path."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    where.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    vocab = [f"w{i}" for i in range(49406)] + ["<|startoftext|>", "<|endoftext|>"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|startoftext|> $A <|endoftext|>",
+        special_tokens=[("<|startoftext|>", 49406), ("<|endoftext|>", 49407)],
+    )
+    tok.save(str(where / "tokenizer.json"))
+    text = model_bytes(
+        [
+            node("Cast", ["input_ids"], ["F"], attr_int("to", FLOAT)),
+            node("ReduceSum", ["F", "axis1"], ["S"], attr_int("keepdims", 1)),
+            node("MatMul", ["S", "Wt"], ["text_embeds"]),
+        ],
+        [value_info("input_ids", INT64, ["batch", "sequence"])],
+        [value_info("text_embeds", FLOAT, ["batch", 512])],
+        [
+            tensor("axis1", np.array([1], dtype=np.int64)),
+            tensor("Wt", rng.standard_normal((1, 512)).astype(np.float32)),
+        ],
+    )
+    vision = model_bytes(
+        [
+            node("ReduceSum", ["pixel_values", "hw"], ["C"], attr_int("keepdims", 0)),
+            node("MatMul", ["C", "Wv"], ["image_embeds"]),
+        ],
+        [value_info("pixel_values", FLOAT, ["batch", 3, 224, 224])],
+        [value_info("image_embeds", FLOAT, ["batch", 512])],
+        [
+            tensor("hw", np.array([2, 3], dtype=np.int64)),
+            tensor("Wv", rng.standard_normal((3, 512)).astype(np.float32)),
+        ],
+    )
+    clip = {**PREPROCESSOR, "crop_size": {"height": 224, "width": 224}}
+    clip["size"] = {"shortest_edge": 224}
+    return {
+        "onnx/text_model_quantized.onnx": text,
+        "onnx/vision_model_quantized.onnx": vision,
+        "tokenizer.json": (where / "tokenizer.json").read_bytes(),
+        "preprocessor_config.json": json.dumps(clip, indent=2).encode(),
+    }
