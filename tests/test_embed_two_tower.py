@@ -224,9 +224,7 @@ def test_steps_the_config_turns_off_are_skipped() -> None:
 
 def test_fields_left_out_take_clip_defaults_and_say_so() -> None:
     read = read_preprocessor({"crop_size": 32, "size": 32}, "p.json")
-    assert read.preprocess == ImagePreprocess(
-        True, 32, 3, (32, 32), 1 / 255, CLIP_MEAN, CLIP_STD
-    )
+    assert read.preprocess == ImagePreprocess(True, 32, 3, (32, 32), 1 / 255, CLIP_MEAN, CLIP_STD)
     sources = {setting: source for setting, _, source in read.lines}
     assert sources["size"] == "p.json" and sources["crop_size"] == "p.json"
     assert sources["resample"] == "CLIPImageProcessor's default"

@@ -153,7 +153,7 @@ def _text_graph(table: npt.NDArray[np.float32]) -> bytes:
     return model_bytes(nodes, inputs, outputs, inits)
 
 
-def _vision_graph(projection: npt.NDArray[np.float32]) -> bytes:
+def vision_graph(projection: npt.NDArray[np.float32]) -> bytes:
     inits = [
         tensor("W", projection),
         tensor("hw", np.array([2, 3], dtype=np.int64)),
@@ -165,7 +165,7 @@ def _vision_graph(projection: npt.NDArray[np.float32]) -> bytes:
         node("MatMul", ["Cm", "W"], ["image_embeds"]),
     ]
     inputs = [value_info("pixel_values", FLOAT, ["batch", 3, SIDE, SIDE])]
-    outputs = [value_info("image_embeds", FLOAT, ["batch", DIM])]
+    outputs = [value_info("image_embeds", FLOAT, ["batch", int(projection.shape[1])])]
     return model_bytes(nodes, inputs, outputs, inits)
 
 
@@ -189,7 +189,7 @@ def tiny_clip(where: Path, *, seed: int = 11, layout: str = "flat") -> TinyClip:
     graphs.mkdir(exist_ok=True)
     suffix = "_quantized" if layout == "xenova" else ""
     (graphs / f"text_model{suffix}.onnx").write_bytes(_text_graph(table))
-    (graphs / f"vision_model{suffix}.onnx").write_bytes(_vision_graph(projection))
+    (graphs / f"vision_model{suffix}.onnx").write_bytes(vision_graph(projection))
     _tokenizer(where / "tokenizer.json", vocab)
     (where / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2))
     return TinyClip(where, table, projection, vocab)
