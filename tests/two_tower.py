@@ -195,16 +195,28 @@ def tiny_clip(where: Path, *, seed: int = 11, layout: str = "flat") -> TinyClip:
     return TinyClip(where, table, projection, vocab)
 
 
-def install_tiny_clip(where: Path, name: str = "tiny-clip") -> TinyClip:
-    """Write the model's files under ``where`` and import them into the models directory
-    of the configuration in effect (``LAMBO_HOME``'s), so a config can say
-    ``[embedder] model = "tiny-clip"``."""
+def install_tiny_clip(
+    where: Path, name: str = "tiny-clip", models_dir: Path | None = None
+) -> TinyClip:
+    """Write the model's files under ``where`` and import them into ``models_dir``, by
+    default the models directory of the configuration in effect (``LAMBO_HOME``'s), so a
+    config can say ``[embedder] model = "tiny-clip"``."""
     from lambo_core.config import load_config
     from lambo_core.embed.importer import import_model
 
     src = tiny_clip(where / f"{name}-src")
-    model_dir = import_model(src.dir, name, load_config().paths.models_dir)
+    model_dir = import_model(src.dir, name, models_dir or load_config().paths.models_dir)
     return TinyClip(model_dir, src.table, src.projection, src.vocab)
+
+
+def clip_home(lambo_home: Path, where: Path) -> TinyClip:
+    """A LAMBO_HOME (for a ``lambo serve`` subprocess) whose configured model is the tiny
+    two-tower model: ``[embedder] model = "tiny-clip"``, like e2e's ``served_home``."""
+    tiny = install_tiny_clip(where, models_dir=lambo_home / "cache" / "models")
+    config = lambo_home / "config" / "lambo.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[embedder]\nmodel = "tiny-clip"\nthreads = 1\n')
+    return tiny
 
 
 def png(
