@@ -222,6 +222,17 @@ def test_steps_the_config_turns_off_are_skipped() -> None:
     assert steps.pixels(image).shape == (3, 2, 3)
 
 
+def test_without_convert_rgb_only_rgb_images_are_taken() -> None:
+    steps = read_preprocessor({**PREPROCESSOR, "do_convert_rgb": False}, "p.json").preprocess
+    assert steps.pixels(Image.new("RGB", (40, 40), RED)).shape == (3, SIDE, SIDE)
+    with pytest.raises(ParameterError) as caught:
+        steps.pixels(Image.new("L", (40, 40), 7), "images[2]")
+    assert caught.value.message == (
+        "images[2] is in Pillow mode L, and this model takes RGB images only (its "
+        "preprocessor_config.json has do_convert_rgb false)"
+    )
+
+
 def test_fields_left_out_take_clip_defaults_and_say_so() -> None:
     read = read_preprocessor({"crop_size": 32, "size": 32}, "p.json")
     assert read.preprocess == ImagePreprocess(True, 32, 3, (32, 32), 1 / 255, CLIP_MEAN, CLIP_STD)

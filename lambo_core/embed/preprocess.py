@@ -121,14 +121,19 @@ class ImagePreprocess:
 
     # --- running it
 
-    def pixels(self, image: Image.Image) -> npt.NDArray[np.float32]:
+    def pixels(self, image: Image.Image, field: str = "image") -> npt.NDArray[np.float32]:
         """One decoded image as the graph's ``[3, H, W]`` float32 input."""
         if self.convert_rgb and image.mode != "RGB":
-            image = image.convert("RGB")
+            try:
+                image = image.convert("RGB")
+            except (ValueError, OSError):
+                raise ParameterError(
+                    f"{field} is in Pillow mode {image.mode}, which Pillow cannot convert to RGB"
+                ) from None
         if image.mode != "RGB":
             raise ParameterError(
-                f"image is {image.mode}, and this model takes RGB images only (its "
-                "preprocessor_config.json has do_convert_rgb false)"
+                f"{field} is in Pillow mode {image.mode}, and this model takes RGB images "
+                "only (its preprocessor_config.json has do_convert_rgb false)"
             )
         if self.shortest_edge is not None:
             image = image.resize(

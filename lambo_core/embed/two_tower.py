@@ -125,7 +125,7 @@ class TwoTowerEmbedder:
 
     def pixels(self, data: bytes, field: str = "image") -> npt.NDArray[np.float32]:
         """The ``[3, H, W]`` array one image is fed as."""
-        return self.vision.preprocess.pixels(decode_image(data, field))
+        return self.vision.preprocess.pixels(decode_image(data, field), field)
 
     def raw_image_output(self, pixel_values: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The vision graph's output for ``[b, 3, H, W]`` pixels, before normalizing."""
