@@ -50,7 +50,6 @@ def _check_wanted(config: Config) -> None:
 
 def read_contract(config: Config) -> EmbeddingContract:
     """The configured model's contract from its manifest, without loading the model."""
-    _check_wanted(config)
     return read_model_facts(config)[0]
 
 
