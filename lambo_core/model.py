@@ -116,6 +116,16 @@ class Concept:
     repo_scope: str | None = None
     vector: Vector | None = None  # unit float32 row, or None (keyword-only)
     gc_survived: int = 0
+    # Where the vector came from (lambo_derive_image keeps it, never the image bytes): None
+    # for a text concept (embedded from its content, or keyword-only); the image's mime
+    # ("image/png", "image/jpeg", "image/webp") when the server embedded an image; "client"
+    # for a vector the client sent. Set once, when the concept is created.
+    vector_source: str | None = None
+
+    @property
+    def is_image(self) -> bool:
+        """An image concept (lambo_derive_image): its vector is not its text's embedding."""
+        return self.vector_source is not None
 
 
 @dataclass

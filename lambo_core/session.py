@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .access import AccessCounts
@@ -23,7 +23,7 @@ from .embed.base import Embedder, EmbeddingContract, make_contract
 from .embed.loader import (
     LazyEmbedder,
     LoadedModels,
-    read_contract,
+    read_model_facts,
     start_embedder,
     wants_embedder,
 )
@@ -41,16 +41,18 @@ NO_EMBEDDER_CONTRACT = make_contract("none", None, 0)
 
 @dataclass(frozen=True)
 class EmbedderPlan:
-    """What this server embeds with: the lazily loading model and its contract.
+    """What this server embeds with: the lazily loading model, its contract, its modalities.
 
-    ``contract`` comes from the model's manifest, so it is known before the
-    model has loaded; ``problem`` is the configuration error every write
+    ``contract`` and ``modalities`` come from the model's manifest, so they are known
+    before the model has loaded; ``problem`` is the configuration error every write
     reports when no model is installed (reads keep working).
     """
 
     lazy: LazyEmbedder | None
     contract: EmbeddingContract | None
     problem: LamboError | None = None
+    # What the model embeds: ["text"], or ["text", "image"] for a two-tower model.
+    modalities: list[str] = field(default_factory=lambda: ["text"])
 
     @property
     def embeds(self) -> bool:
@@ -62,18 +64,18 @@ class EmbedderPlan:
         if not wants_embedder(config):
             return cls(lazy=None, contract=None)
         try:
-            contract = read_contract(config)
+            contract, modalities = read_model_facts(config)
         except LamboError as exc:
             # One clear line for the operator; every write reports the same on its receipt.
             log.warning("%s", exc.render())
             return cls(lazy=None, contract=None, problem=exc)
-        return cls(lazy=start_embedder(config, models), contract=contract)
+        return cls(lazy=start_embedder(config, models), contract=contract, modalities=modalities)
 
     @classmethod
     def ready(cls, embedder: Embedder) -> EmbedderPlan:
         """A plan around an embedder already in hand (tests, benchmarks)."""
         lazy = LazyEmbedder(lambda: embedder).start()
-        return cls(lazy=lazy, contract=embedder.contract)
+        return cls(lazy=lazy, contract=embedder.contract, modalities=list(embedder.modalities))
 
 
 def contracts_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -189,7 +191,9 @@ class Session:
 
     @property
     def modalities(self) -> list[str]:
-        return ["text"] if self.plan.contract is not None else []
+        """What the server's embedder embeds (lambo_stats' embedding_modalities); none
+        without a model."""
+        return list(self.plan.modalities) if self.plan.contract is not None else []
 
     def stamp_before_write(self) -> None:
         """Stamp (or, under --allow-embedding-mismatch, relabel) the session at its first write."""

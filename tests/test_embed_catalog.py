@@ -139,6 +139,8 @@ def test_every_entry_is_pinned_and_complete(entry: object) -> None:
     assert isinstance(entry, CatalogModel)
     locals_ = [f.local for f in entry.files]
     assert entry.model_file in locals_ and entry.tokenizer_file in locals_
+    if entry.vision is not None:  # a two-tower model fetches its vision graph and its config
+        assert {entry.vision.model_file, entry.vision.preprocessor_file} <= set(locals_)
     assert len(set(locals_)) == len(locals_)
     for f in entry.files:
         assert re.fullmatch(r"[0-9a-f]{40}", f.revision), "pin a commit, not a branch"

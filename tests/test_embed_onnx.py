@@ -467,7 +467,9 @@ def test_an_unknown_model_name_is_refused(lambo_home: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         resolve_model_dir(load_config())
     text = caught.value.message
-    assert "not a catalog model (bge-m3, minilm)" in text and "lambo model pull" in text
+    assert (
+        "not a catalog model (bge-m3, clip-vit-b32, minilm)" in text and "lambo model pull" in text
+    )
 
 
 def test_a_directory_without_manifest_is_refused(tmp_path: Path) -> None:

@@ -281,7 +281,7 @@ def test_migrating_an_old_file_adds_the_columns_with_their_defaults(tmp_path: Pa
     old_store_with_intent(path, "pending", None)
     store = SqliteStore(path)
     try:
-        assert store.migrations_applied == [6, 7, 8]
+        assert store.migrations_applied == [6, 7, 8, 9]
         record = store.get_session("s")
         assert record is not None and record.shared_layer is False
         intent = store.get_intent("lwr1.00000000000000aa.1.1")

@@ -205,3 +205,38 @@ def test_version_5_recomputes_every_key_with_case_kept(tmp_path: Path) -> None:
         assert [n for n, _ in store.keyword_index("old").search("lease", 5)] == [A]
     finally:
         store.close()
+
+
+def test_version_9_adds_vector_source_as_null_and_keeps_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "v8.db"
+    conn = connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    assert migrate(conn, upto=8) == list(range(1, 9))
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(concepts)")}
+    assert "vector_source" not in columns  # really the older schema
+    conn.execute("INSERT INTO sessions(name, created_at) VALUES ('old', ?)", (T0,))
+    vector = np.array([0.6, 0.8], dtype="<f4").tobytes()
+    for node, text, blob in ((A, "an embedded fact", vector), (B, "a keyword-only fact", None)):
+        conn.execute(
+            "INSERT INTO concepts(id, session, content, canonical_key, concept_type, status, "
+            "created_at, about_time, agent_id, vector, repo_scope) "
+            "VALUES (?, 'old', ?, ?, 'entity', 'none', ?, ?, 'agent-a', ?, 'acme/app')",
+            (node, text, text, T0, T0, blob),
+        )
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.migrations_applied == [9]
+        concepts = {c.id: c for c in store.concepts("old")}
+        assert {c.content for c in concepts.values()} == {"an embedded fact", "a keyword-only fact"}
+        for c in concepts.values():
+            assert c.vector_source is None and not c.is_image and c.repo_scope == "acme/app"
+        a = concepts[A]
+        assert a.vector is not None and a.vector.tolist() == pytest.approx([0.6, 0.8])
+        assert [n for n, _ in store.keyword_index("old").search("embedded", 5)] == [A]
+    finally:
+        store.close()
+    conn = connect(path)
+    nulls = conn.execute("SELECT count(*) FROM concepts WHERE vector_source IS NULL").fetchone()
+    conn.close()
+    assert nulls[0] == 2

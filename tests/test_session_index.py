@@ -190,6 +190,32 @@ def test_vectors_of_another_width_are_left_out(sqlite_store: Store) -> None:
     assert index.keywords.search("odd", 3)[0][0] == odd.id
 
 
+def test_open_and_apply_keep_where_each_vector_came_from(store: Store) -> None:
+    rng = np.random.default_rng(9)
+    store.stamp_contract(S, {"kind": "onnx", "model": "m", "dim": DIM})
+    sources = {"plain text": None, "a chart [image:r17]": "image/png",
+               "a sent vector [image:v1]": "client"}  # fmt: skip
+    first = [make_concept(text, unit(rng)) for text in sources]
+    for c in first:
+        c.vector_source = sources[c.content]
+    store.apply(WriteBatch(S, concepts=first))
+    live = SessionIndex.open(store, S)
+    later = make_concept("a photo [image:p2]", unit(rng))
+    later.vector_source = "image/webp"
+    batch = WriteBatch(S, concepts=[later])
+    store.apply(batch)
+    live.apply(batch)
+    expected = {c.id: c.vector_source for c in [*first, later]}
+    for index in (live, SessionIndex.open(store, S)):
+        assert {c.id: c.vector_source for c in index.graph.iter_concepts()} == expected
+        held = index.graph.concept(later.id)
+        assert held is not None and held.is_image and held.vector is None
+        plain = index.graph.concept(first[0].id)
+        assert plain is not None and not plain.is_image
+        if store.has_vector_search:
+            assert index.vectors is not None and len(index.vectors) == 4
+
+
 def test_keyword_only_concepts(store: Store) -> None:
     rng = np.random.default_rng(4)
     write_call(store, rng, ["no vector here"], with_vectors=False)

@@ -406,6 +406,55 @@ def test_concepts_without_vectors_leave_them_out(store: Store) -> None:
     assert list(store.concepts("nobody", vectors=False)) == []
 
 
+SOURCES: list[str | None] = ["image/png", "image/jpeg", "image/webp", "client", None]
+
+
+def sourced(source: str | None) -> Concept:
+    """A concept whose vector came from ``source`` (None: its own text's embedding)."""
+    c = concept(f"from {source} [image:r17]" if source else "plain text")
+    c.vector, c.vector_source = np.array([0.6, 0.8], dtype=np.float32), source
+    return c
+
+
+def test_vector_source_round_trips_in_every_listing(store: Store) -> None:
+    written = [sourced(source) for source in SOURCES]
+    write(store, *written)
+    store.set_status(S, written[0].id, Status.CANDIDATE)  # an update keeps it
+    store.add_access_counts(S, {written[3].id: 2})
+    expected = {c.id: c.vector_source for c in written}
+    for vectors in (True, False):
+        listed = {c.id: c for c in store.concepts(S, vectors=vectors)}
+        assert {i: c.vector_source for i, c in listed.items()} == expected
+        assert {i: c.is_image for i, c in listed.items()} == {
+            c.id: c.vector_source is not None for c in written
+        }
+    for c in written:
+        got = store.get_concept(S, c.id)
+        assert got is not None and got.vector_source == c.vector_source
+        assert got.is_image is (c.vector_source is not None)
+    first = store.get_concept(S, written[0].id)
+    assert first is not None and first.status is Status.CANDIDATE
+
+
+def test_sqlite_reopen_keeps_vector_source(db_path: Path) -> None:
+    store = SqliteStore(db_path)
+    store.ensure_session(S, T0)
+    written = [sourced(source) for source in SOURCES]
+    write(store, *written)
+    store.close()
+    reopened = SqliteStore(db_path)
+    try:
+        assert reopened.migrations_applied == []
+        listed = {c.id: c.vector_source for c in reopened.concepts(S)}
+        assert listed == {c.id: c.vector_source for c in written}
+    finally:
+        reopened.close()
+    conn = sqlite3.connect(db_path)
+    stored = dict(conn.execute("SELECT id, vector_source FROM concepts").fetchall())
+    conn.close()
+    assert stored == {c.id: c.vector_source for c in written}  # a column, not derived on read
+
+
 def test_vector_given_as_float64_is_stored_as_float32(store: Store) -> None:
     c = concept("f64", vector=np.array([0.1, 0.2], dtype=np.float64))
     write(store, c)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import sqlite3
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +46,8 @@ from lambo_core.store.rows import vector_to_blob
 
 T0 = 1_700_000_000.0
 DIM = 8
+# where a vector came from (None: the text's own embedding), one each on a session of 12
+SOURCES = (None, "image/png", "client", None, "image/jpeg", "image/webp")
 
 
 def fill(store: Store, session: str, concepts: int = 12, seed: int = 1) -> None:
@@ -76,6 +79,7 @@ def fill(store: Store, session: str, concepts: int = 12, seed: int = 1) -> None:
             repo_scope="repo" if k % 3 == 0 else None,
             vector=None if k % 4 == 3 else rng.standard_normal(DIM).astype(np.float32),
             gc_survived=k % 3,
+            vector_source=None if k % 4 == 3 else SOURCES[k % len(SOURCES)],
         )
         for k in range(concepts)
     ]
@@ -178,6 +182,8 @@ def test_copy_moves_every_row_with_its_ids(source: Path, tmp_path: Path) -> None
         assert got == want
         assert len(got["concepts"]) > 0
         assert all(len(got[k]) for k in ("edges", "intents", "events", "forgets"))
+    carried = {c.vector_source for c, _ in read(target, "alpha")["concepts"]}
+    assert carried == set(SOURCES)  # every kind of source, not only the default
     states = {i.state for i in read(target, "alpha")["intents"]}
     assert states == {IntentState.PENDING, IntentState.APPLIED, IntentState.FAILED}
     assert (
@@ -254,6 +260,21 @@ def test_copy_continues_an_interrupted_one_and_refuses_a_conflict(
         assert store.get_session("beta") is None and before == dict.fromkeys(TABLES, 0)
     finally:
         store.close()
+
+
+def test_a_concept_in_to_with_another_vector_source_refuses_the_copy(
+    source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "to.db"
+    code, _out, err = run("--from", str(source), "--to", str(target), "--session", "alpha")
+    assert code == 0, err
+    conn = sqlite3.connect(target)
+    with conn:  # no store call changes it: the source is set once, when a concept is made
+        conn.execute("UPDATE concepts SET vector_source = 'client' WHERE id = 'alpha-c00001'")
+    conn.close()
+    code, _out, err = run("--from", str(source), "--to", str(target), "--session", "alpha")
+    assert code == 1
+    assert "concept alpha-c00001 differs (table concepts)" in err
 
 
 @pytest.mark.parametrize("extra", ["a second copy of one", "one --from lacks"])

@@ -501,6 +501,31 @@ def test_a_store_whose_concept_ids_repeat_is_refused_migration_3(pg_dsn: str) ->
     assert refused.value.detail and "same-id" in refused.value.detail
 
 
+def test_migration_5_adds_vector_source_as_null_and_keeps_the_rows(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        schema.migrate(conn, "postgres", upto=4)  # a store written before image concepts
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'concepts'"
+        ).fetchall()
+        assert ("vector_source",) not in columns  # really the older schema
+        conn.execute("INSERT INTO sessions(name, created_at) VALUES (%s, 0)", (S,))
+        conn.execute(
+            "INSERT INTO concepts(session, id, content, canonical_key, concept_type, "
+            "created_at, about_time, agent_id, tsv, repo_scope) "
+            "VALUES (%s, 'old-id', 'an old fact', 'an old fact', 'entity', 0, 0, 'a', "
+            "to_tsvector('simple', 'an old fact'), 'acme/app')",
+            (S,),
+        )
+    opened = PostgresStore(pg_dsn)
+    try:
+        assert opened.migrations_applied == [5]
+        (old,) = list(opened.concepts(S))
+        assert (old.id, old.content, old.repo_scope) == ("old-id", "an old fact", "acme/app")
+        assert old.vector_source is None and not old.is_image
+    finally:
+        opened.close()
+
+
 def test_a_migration_error_s_detail_never_carries_the_password(pg_dsn: str) -> None:
     with psycopg.connect(_secret_dsn(pg_dsn, pg_dsn.partition("?")[0].rpartition("/")[2])) as conn:
         said = schema.driver_detail(

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from lambo_core.cli import cli
+from lambo_core.model import Concept, ConceptType, WriteBatch, new_id
 from lambo_core.store import SqliteStore
 from lambo_core.transfer.export import export_lines
 from lambo_core.transfer.jobs import OURS, SERVER_MEMORY, read_jobs
@@ -321,3 +323,38 @@ def test_refusals_name_the_flag(keyword_only: Path, tmp_path: Path) -> None:
     )
     code, _, err = run("export", "--session", "nobody", "--store", str(tmp_path / "h.db"))
     assert code == 2 and "--session: no session named 'nobody'" in err
+
+
+def test_an_image_concept_exports_as_its_text_and_never_imports_as_an_image(
+    keyword_only: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "img.db"
+    db = SqliteStore(source)
+    try:
+        db.ensure_session("s", 1.0)
+        made = [
+            Concept(new_id(), "s", text, text, ConceptType.RESOURCE, 1.0, 1.0, "a",
+                    vector=np.array([0.6, 0.8], dtype=np.float32), vector_source=origin)
+            for text, origin in (("a chart [image:r17]", "image/png"), ("a plain note", None))
+        ]  # fmt: skip
+        db.apply(WriteBatch("s", concepts=made))
+    finally:
+        db.close()
+    code, out, err = run("export", "--session", "s", "--store", str(source), "--vectors")
+    assert code == 0, err
+    lines = [json.loads(x) for x in out.splitlines()]
+    image = next(line for line in lines if line.get("content") == "a chart [image:r17]")
+    # the line format has no field for a vector's source: the image is its caption's text
+    assert set(image) == {"kind", "id", "content", "type", "status", "event_time", "vector"}
+    other = str(tmp_path / "back.db")
+    code, out, err = run("import", "-", "--session", "s", "--store", other, stdin=out.encode())
+    assert code == 1, err
+    assert out.strip().endswith("1 concept(s) created, 0 matched existing, 1 line(s) refused")
+    (refused,) = [line for line in err.splitlines() if line.startswith("lambo: line")]
+    assert "image suffix" in refused and "[image:r17]" not in refused
+    back = SqliteStore(Path(other))
+    try:
+        (only,) = list(back.concepts("s"))
+    finally:
+        back.close()
+    assert only.content == "a plain note" and only.vector_source is None and not only.is_image

@@ -1,6 +1,8 @@
 """The embedder seen from the rest of lambo: a protocol, its contract, a query cache.
 
-An ``Embedder`` turns text into float32 unit vectors. Everything that
+An ``Embedder`` turns text into float32 unit vectors; one whose ``modalities`` are
+``["text", "image"]`` (a two-tower model, ``two_tower.py``) also turns images into
+vectors of the same space, through ``embed_images`` (``embeds_images`` says which). Everything that
 compares vectors (semantic merge, the vector leg of recall) holds the
 embedder to its ``contract``, ``{kind, model, dim}``: two vectors are
 comparable only when their contracts are equal, so a session is stamped with
@@ -12,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypedDict, runtime_checkable
+from typing import Protocol, TypedDict, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -50,7 +52,7 @@ class Embedder(Protocol):
 
     @property
     def modalities(self) -> list[str]:
-        """What the embedder embeds: ``["text"]`` (later perhaps ``["text", "image"]``)."""
+        """What the embedder embeds: ``["text"]`` or ``["text", "image"]``."""
         ...
 
     @property
@@ -68,6 +70,26 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> Vector:
         """One ``[dim]`` unit vector, served from a bounded cache; read-only."""
         ...
+
+
+@runtime_checkable
+class ImageEmbedder(Embedder, Protocol):
+    """An embedder whose modalities include ``"image"``."""
+
+    def embed_images(self, images: Sequence[bytes]) -> Vector:
+        """A ``[len(images), dim]`` float32 matrix of unit rows, in input order, from PNG,
+        JPEG or WebP bytes already checked by ``image_input.check_image``."""
+        ...
+
+
+def embeds_images(embedder: object) -> TypeGuard[ImageEmbedder]:
+    """Whether ``embedder`` embeds images: it says so and has ``embed_images`` (a bool)."""
+    modalities = getattr(embedder, "modalities", None)
+    return (
+        isinstance(modalities, list | tuple)
+        and "image" in modalities
+        and callable(getattr(embedder, "embed_images", None))
+    )
 
 
 def normalize_rows(matrix: Vector) -> Vector:

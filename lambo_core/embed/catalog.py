@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .preprocess import ImagePreprocess
+
 Pooling = Literal["cls", "mean"]
 
 DEFAULT_MODEL = "bge-m3"
@@ -24,6 +26,19 @@ class CatalogFile:
     revision: str
     path: str
     local: str
+
+
+@dataclass(frozen=True)
+class CatalogVision:
+    """A two-tower model's vision tower: its graph (a ``local`` name), its pixel input,
+    its pooled output, and the preprocessing its ``preprocessor_config.json`` must say
+    (the pull reads the file it fetched and refuses one that says otherwise)."""
+
+    model_file: str
+    input: str
+    output: str
+    preprocessor_file: str
+    preprocess: ImagePreprocess
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,7 @@ class CatalogModel:
     # The possibly-superseded rule's trigger precision on held-out labelled pairs,
     # where it was measured (recall shows its line only at 0.90 or better).
     supersession_precision: float | None = None
+    vision: CatalogVision | None = None
 
 
 BGE_M3 = CatalogModel(
@@ -135,7 +151,62 @@ MINILM = CatalogModel(
     license="Apache-2.0",
 )
 
-CATALOG: dict[str, CatalogModel] = {m.name: m for m in (BGE_M3, MINILM)}
+# Xenova's transformers.js export of openai/clip-vit-base-patch32. The revision is the
+# commit whose onnx/ folder the hub's own tree page lists with text_model_quantized.onnx
+# (64.5 MB) and vision_model_quantized.onnx (89.1 MB); tokenizer.json and
+# preprocessor_config.json have been unchanged since the repository's first commit
+# (dcb5f61). Not pulled here (the hub is unreachable): the pull checks every file
+# against the hub's listing of this commit and the preprocessing against the file.
+_CLIP_REPO = "Xenova/clip-vit-base-patch32"
+_CLIP_REV = "4c1807b705b1d015fb032789cc4d221b23025a6f"
+
+CLIP_VIT_B32 = CatalogModel(
+    name="clip-vit-b32",
+    summary="openai/clip-vit-base-patch32, int8 ONNX: English text and images, 512-d, 77 tokens",
+    files=(
+        CatalogFile(_CLIP_REPO, _CLIP_REV, "onnx/text_model_quantized.onnx", "text_model.onnx"),
+        CatalogFile(_CLIP_REPO, _CLIP_REV, "onnx/vision_model_quantized.onnx", "vision_model.onnx"),
+        CatalogFile(_CLIP_REPO, _CLIP_REV, "tokenizer.json", "tokenizer.json"),
+        CatalogFile(_CLIP_REPO, _CLIP_REV, "preprocessor_config.json", "preprocessor_config.json"),
+    ),
+    model_file="text_model.onnx",
+    # Unused: CLIPTextModelWithProjection's text_embeds [b, 512] is already pooled (at
+    # the end-of-text token) and projected into the shared space.
+    pooling="cls",
+    output="text_embeds",
+    dim=512,
+    max_length=77,  # CLIP's positions
+    token_type_ids=False,
+    # CLIP's BPE pads with its end-of-text token (49408 tokens; <|startoftext|> 49406).
+    pad_id=49407,
+    pad_token="<|endoftext|>",
+    # Not calibrated (the weights cannot be fetched here): CLIP's text tower scores
+    # unrelated captions far higher than a sentence model does, so this sits above
+    # MiniLM's 0.73. Images never merge by similarity, so it governs text only.
+    merge_threshold=0.92,
+    quantization="int8-dynamic",
+    # openai/CLIP's licence (the weights'); neither hub repository declares one.
+    license="MIT",
+    vision=CatalogVision(
+        model_file="vision_model.onnx",
+        input="pixel_values",
+        output="image_embeds",  # CLIPVisionModelWithProjection's, [b, 512]
+        preprocessor_file="preprocessor_config.json",
+        # What that file says: resize the short side to 224 (bicubic), center crop
+        # 224x224, rescale by 1/255, normalize by OpenAI's CLIP mean and std.
+        preprocess=ImagePreprocess(
+            convert_rgb=True,
+            shortest_edge=224,
+            resample=3,
+            crop=(224, 224),
+            rescale_factor=0.00392156862745098,
+            mean=(0.48145466, 0.4578275, 0.40821073),
+            std=(0.26862954, 0.26130258, 0.27577711),
+        ),
+    ),
+)
+
+CATALOG: dict[str, CatalogModel] = {m.name: m for m in (BGE_M3, MINILM, CLIP_VIT_B32)}
 
 
 def catalog_entry(name: str) -> CatalogModel | None:

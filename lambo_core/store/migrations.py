@@ -257,6 +257,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX forget_events_session ON forget_events(session, occurred_at)",
         ),
     ),
+    # NULL on the rows already there: before lambo_derive_image every vector was the
+    # embedding of the concept's own text.
+    Migration(
+        9,
+        "concepts.vector_source: where an image concept's vector came from (the image's "
+        "mime, or 'client'); NULL for a text concept",
+        ("ALTER TABLE concepts ADD COLUMN vector_source TEXT",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

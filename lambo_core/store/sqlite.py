@@ -54,6 +54,8 @@ from .sqlite_forget import redact_rows
 from .sqlite_rows import (
     CANON_EVENT_COLUMNS,
     CONCEPT_COLUMNS,
+    CONCEPT_COLUMNS_NO_VECTOR,
+    CONCEPT_MARKS,
     EDGE_COLUMNS,
     INTENT_COLUMNS,
     LEASE_COLUMNS,
@@ -191,8 +193,7 @@ class SqliteStore:
                      i.summary),
                 )  # fmt: skip
             conn.executemany(
-                f"INSERT INTO concepts({CONCEPT_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO concepts({CONCEPT_COLUMNS}) VALUES ({CONCEPT_MARKS})",
                 [concept_row(c) for c in batch.concepts],
             )
             # One statement per edge, in order: a repeat within the batch reinforces.
@@ -236,7 +237,7 @@ class SqliteStore:
                 raise refused(f"no session {batch.session!r}")
 
     def concepts(self, session: str, *, vectors: bool = True) -> Iterator[Concept]:
-        columns = CONCEPT_COLUMNS if vectors else CONCEPT_COLUMNS.replace("vector", "NULL")
+        columns = CONCEPT_COLUMNS if vectors else CONCEPT_COLUMNS_NO_VECTOR
         rows = self._db.read_iter(
             f"SELECT {columns} FROM concepts WHERE session = ? ORDER BY rid", (session,)
         )

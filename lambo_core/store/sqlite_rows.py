@@ -7,6 +7,7 @@ The column lists here are the order every ``INSERT`` and ``SELECT`` of
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from ..model import (
@@ -27,8 +28,11 @@ from .rows import blob_to_vector, vector_to_blob
 
 CONCEPT_COLUMNS = (
     "id, session, content, canonical_key, concept_type, status, created_at, about_time, "
-    "agent_id, interaction_id, access_count, vector, repo_scope, gc_survived"
+    "agent_id, interaction_id, access_count, vector, repo_scope, gc_survived, vector_source"
 )
+# The same list with NULL in the vector's place: a listing that leaves vectors out.
+CONCEPT_COLUMNS_NO_VECTOR = CONCEPT_COLUMNS.replace(" vector,", " NULL,", 1)
+CONCEPT_MARKS = ", ".join("?" * len(CONCEPT_COLUMNS.split(",")))
 EDGE_COLUMNS = (
     "session, src, dst, edge_type, weight, interaction_id, agent_id, created_at, about_time"
 )
@@ -58,7 +62,7 @@ def concept_row(c: Concept) -> tuple[Any, ...]:
     return (
         c.id, c.session, c.content, c.canonical_key, c.concept_type.value, c.status.value,
         c.created_at, c.about_time, c.agent_id, c.interaction_id, c.access_count,
-        vector_to_blob(c.vector), c.repo_scope, c.gc_survived,
+        vector_to_blob(c.vector), c.repo_scope, c.gc_survived, c.vector_source,
     )  # fmt: skip
 
 
@@ -78,7 +82,13 @@ def concept_from(row: tuple[Any, ...]) -> Concept:
         vector=blob_to_vector(row[11]),
         repo_scope=row[12],
         gc_survived=row[13],
+        vector_source=source_from(row[14]),
     )
+
+
+def source_from(value: str | None) -> str | None:
+    """A stored vector_source, interned: a few distinct values over many held concepts."""
+    return None if value is None else sys.intern(value)
 
 
 def edge_from(row: tuple[Any, ...]) -> Edge:

@@ -211,11 +211,19 @@ def _forget_events(dialect: str) -> tuple[str, ...]:
     )
 
 
+def _vector_source(dialect: str) -> tuple[str, ...]:
+    # where an image concept's vector came from (SQLite's migration 9); NULL: a text concept
+    return ("ALTER TABLE concepts ADD COLUMN vector_source text",)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _initial),
     Migration(2, "keyword statistics for BM25", _keyword_stats),
     Migration(3, "concept ids unique across sessions", _concept_ids_store_wide),
     Migration(4, "forget_events: the audit of lambo forget", _forget_events),
+    Migration(
+        5, "concepts.vector_source: where an image concept's vector came from", _vector_source
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -72,7 +72,8 @@ ROWS_PER_PAGE = 1000  # rows per keyset page of a listing
 # SqliteStore's CONCEPT_COLUMNS order, with pgvector's ``embedding`` in ``vector``'s place
 CONCEPT_COLUMNS = (
     "id, session, content, canonical_key, concept_type, status, created_at, about_time, "
-    "agent_id, interaction_id, access_count, {embedding}, repo_scope, gc_survived"
+    "agent_id, interaction_id, access_count, {embedding}, repo_scope, gc_survived, "
+    "vector_source"
 )
 _WITH_VECTORS = CONCEPT_COLUMNS.format(embedding="embedding")
 _WITHOUT_VECTORS = CONCEPT_COLUMNS.format(embedding="NULL")
@@ -80,7 +81,7 @@ _INTERACTION_COLUMNS = "id, session, agent_id, kind, created_at, about_time, sum
 
 _INSERT_CONCEPT = (
     f"INSERT INTO concepts({_WITH_VECTORS}, vector_dim, tsv, kw_length) "
-    f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {TSV_SQL}, %s)"
+    f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {TSV_SQL}, %s)"
 )
 # Writes the edge only when both ends belong to the session: 0 rows otherwise.
 _UPSERT_EDGE = (
@@ -120,7 +121,7 @@ def _concept_row(c: Concept) -> tuple[Any, ...]:
     return (
         c.id, c.session, c.content, c.canonical_key, c.concept_type.value, c.status.value,
         c.created_at, c.about_time, c.agent_id, c.interaction_id, c.access_count, vector,
-        c.repo_scope, c.gc_survived, dim, " ".join(terms), len(terms),
+        c.repo_scope, c.gc_survived, c.vector_source, dim, " ".join(terms), len(terms),
     )  # fmt: skip
 
 
