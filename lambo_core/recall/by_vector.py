@@ -11,11 +11,12 @@ never see them), and no refusal repeats what was sent.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from ..client_vectors import check_client_vector
+from ..embed.base import embeds_images
 from ..embed.loader import EmbedderLoading
 from ..errors import ConfigError, LamboError, ParameterError, StoreError
 from ..image_input import ImageInput, check_image
@@ -26,16 +27,6 @@ if TYPE_CHECKING:
 
 BY_IMAGE = "image"
 BY_VECTOR = "vector"
-
-
-@runtime_checkable
-class _ImageEmbedder(Protocol):
-    """An embedder with the image modality (spec: "An embedder that embeds images")."""
-
-    @property
-    def modalities(self) -> list[str]: ...
-
-    def embed_images(self, images: Sequence[bytes]) -> Vector: ...
 
 
 @dataclass(frozen=True)
@@ -143,10 +134,12 @@ def search_vector(session: Session, by: ByVector, wait_s: float) -> Vector:
             "recall by image: the embedding model is still loading, so the image was not "
             "embedded and nothing was searched; retry shortly"
         ) from None
-    if not isinstance(embedder, _ImageEmbedder) or "image" not in embedder.modalities:
+    if not embeds_images(embedder):  # the manifest said image; the loaded model must too
         raise _no_image_embedder(session)
     try:
         rows = embedder.embed_images([image.data])
+    except ParameterError as exc:  # the model's own refusal of this image, by its field
+        raise ParameterError(exc.message.replace("images[0]", "image", 1)) from None
     except LamboError:
         raise
     except Exception as exc:
