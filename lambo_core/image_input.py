@@ -37,6 +37,7 @@ DIGEST_CHARS = 16
 _FIELDS = ("mime", "data")
 _BASE64_RE = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 _DATA_URI_RE = re.compile(r"\s*data:", re.IGNORECASE)
+_SPACE_RE = re.compile(r"\s")
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_MAGIC = b"\xff\xd8\xff"
 
@@ -115,11 +116,11 @@ def _decode_base64(field: str, value: object) -> bytes:
             f"{field} starts with a data: URI prefix; send only the base64 itself, "
             "without data:<mime>;base64,"
         )
-    space = next((i for i, c in enumerate(value) if c.isspace()), None)
+    space = _SPACE_RE.search(value)  # a regex: a Python loop over 2.8M characters is 300 ms
     if space is not None:
         raise ParameterError(
             f"{field} is not valid base64: it must be one line with no whitespace or "
-            f"newlines (found one at character {space})"
+            f"newlines (found one at character {space.start()})"
         )
     if _BASE64_RE.fullmatch(value) is None:
         raise ParameterError(
