@@ -6,22 +6,26 @@ of that colour do, so a red picture finds the crimson dress whose text never say
 from __future__ import annotations
 
 import base64
+import io
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
+from lambo_core.embed.importer import import_model
 from lambo_core.embed.two_tower import TwoTowerEmbedder
-from lambo_core.errors import ConfigError, LamboError
+from lambo_core.errors import ConfigError, LamboError, ParameterError
 from lambo_core.recall import RecallDefaults, recall
 from lambo_core.recall.parts import BASIS_VECTOR
 from lambo_core.recall.pipeline import recall_parts
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.writes import WritePipeline
-from tests.two_tower import COLOURS, TinyClip, install_tiny_clip, png
+from tests.two_tower import COLOURS, TinyClip, install_tiny_clip, png, tiny_clip
 
 DEFAULTS = RecallDefaults()
 DRESSES = [
@@ -140,3 +144,35 @@ def test_an_image_needs_a_store_with_vector_search(clip: TwoTowerEmbedder) -> No
     assert info.value.render().startswith(
         "configuration error: recall by image needs a store with vector search"
     )
+
+
+def test_the_models_refusal_of_an_image_names_the_recalls_field(tmp_path: Path) -> None:
+    # a model that takes RGB only (do_convert_rgb false): a grey PNG passes check_image, and
+    # the model's own refusal comes back as an error naming image, never an answer
+    src = tiny_clip(tmp_path / "rgb-only-src")
+    config = src.dir / "preprocessor_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "do_convert_rgb": False}))
+    model_dir = import_model(src.dir, "rgb-only", tmp_path / "models")
+    store = SqliteStore(tmp_path / "g.db")
+    embedder = TwoTowerEmbedder(model_dir, threads=1)
+    pipeline = WritePipeline(Session.open(store, "g", EmbedderPlan.ready(embedder))).start()
+    try:
+        ack = pipeline.submit(
+            "lambo_derive",
+            {"agent_id": "a", "concepts": [{"content": DRESSES[0], "concept_type": "entity"}]},
+        )
+        pipeline.session.receipts.wait(ack.structured["receipt"], "a", "g", 30_000)
+        out = io.BytesIO()
+        Image.new("L", (40, 40), 90).save(out, "PNG")
+        grey = {"mime": "image/png", "data": base64.b64encode(out.getvalue()).decode("ascii")}
+        with pytest.raises(ParameterError) as info:
+            recall(pipeline.session, {"agent_id": "a", "image": grey}, defaults=DEFAULTS)
+        assert info.value.render() == (
+            "image is in Pillow mode L, and this model takes RGB images only (its "
+            "preprocessor_config.json has do_convert_rgb false)"
+        )
+        red = {"agent_id": "a", "image": image(COLOURS["red"])}
+        assert recall(pipeline.session, red, defaults=DEFAULTS).hits[0]["content"] == DRESSES[0]
+    finally:
+        pipeline.close()
+        store.close()
