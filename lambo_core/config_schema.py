@@ -115,6 +115,16 @@ KEYS: tuple[Key, ...] = (
         "show the possibly-superseded line: auto (only where measured), on, off",
         choices=("auto", "on", "off"),
     ),
+    # The operator's decision: lambo checks a client vector's contract, width and values,
+    # but cannot check that it really came from the model the contract names.
+    Key(
+        "embedder",
+        "accept_client_vectors",
+        False,
+        "accept vectors a client computed itself (lambo_derive_image's vector, lambo_recall's "
+        "query_vector) when their declared contract is exactly the session's; lambo cannot "
+        "verify they came from that model, so they are off unless you trust your clients",
+    ),
     Key(
         "embedder",
         "hub_url",

@@ -99,8 +99,13 @@ def value_for(schema: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any]:
     """A value of the schema's type (inside or outside its bounds), or of a wrong type."""
     kind = schema.get("type")
     good: st.SearchStrategy[Any]
+    if isinstance(kind, list):  # ["string", "null"]: any of them
+        good = st.one_of(*(value_for({**schema, "type": k}, depth) for k in kind if k != "null"))
+        return st.one_of(good, st.none())
     if "enum" in schema:
         good = st.one_of(st.sampled_from(schema["enum"]), strings)
+    elif kind == "number":
+        good = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers())
     elif kind == "string":
         good = strings
     elif kind == "integer":
@@ -152,8 +157,12 @@ def object_for(schema: dict[str, Any], depth: int = 0) -> st.SearchStrategy[dict
 def valid_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     """A value the tool accepts as far as types go (and mostly as far as values go)."""
     kind = schema.get("type")
+    if isinstance(kind, list):  # ["string", "null"]: the first
+        return valid_for({**schema, "type": kind[0]})
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
+    if kind == "number":
+        return st.floats(min_value=-1.0, max_value=1.0)
     if schema.get("format") == "date-time":
         return st.just("2024-06-12T14:30:00Z")
     if kind == "string":
@@ -228,14 +237,24 @@ def unsafe_strings(value: Any) -> Iterator[str]:
             yield from unsafe_strings(item)
 
 
-JSON_TYPES: dict[str, Any] = {"string": str, "array": list, "object": dict, "boolean": bool}
+JSON_TYPES: dict[str, Any] = {
+    "string": str,
+    "array": list,
+    "object": dict,
+    "boolean": bool,
+    "null": type(None),
+}
 
 
 def wrong_type_at(value: Any, schema: dict[str, Any], where: str) -> str | None:
     """The first field (by the test's own reading of the schema) whose JSON type is wrong."""
     kind = str(schema.get("type"))
-    if kind == "integer":
+    if isinstance(schema.get("type"), list):
+        ok = any(isinstance(value, JSON_TYPES[k]) for k in schema["type"])
+    elif kind == "integer":
         ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "number":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     else:
         ok = isinstance(value, JSON_TYPES[kind])
     if not ok:

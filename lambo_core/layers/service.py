@@ -24,7 +24,8 @@ from ..context import TRUNCATED_SCOPED_LINE
 from ..errors import LamboError, internal_fault
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
 from ..reach import reachable
-from ..recall.merge import merge_recall, shown_ids
+from ..recall.by_vector import recall_by
+from ..recall.merge import NOT_SEARCHED_WARNING, merge_recall, shown_ids
 from ..recall.parts import PartsError, RecallParts
 from ..receipts import PIGGYBACK_MAX, render_line, to_structured
 from ..receipts.layered import fair_shares, layer_down_view
@@ -120,9 +121,13 @@ class LayeredService:
     async def _own(self, tool: str, args: dict[str, Any], *, scoped: bool) -> dict[str, Any]:
         service = self.service
         if tool == "lambo_recall":
-            if scoped:  # the session alone, its hits still naming it
+            by = recall_by(args)
+            if scoped or by is not None:  # the session alone, its hits still naming it
                 result = (await service.call(tool, args, piggyback=False)).to_json()
-                return _with_session(result, self.name)
+                result = _with_session(result, self.name)
+                if not scoped and by is not None:
+                    _not_searched(result, by, self.name, self.visible)
+                return result
             return await self._merged_recall(args)
         if tool in WRITE_TOOLS:
             foreign = await self._held_by_layers(tool, args)
@@ -412,6 +417,14 @@ def _scope_the_marker(result: dict[str, Any], layer: str) -> None:
     structured = result.get("structuredContent")
     if isinstance(structured, dict) and isinstance(structured.get("context"), str):
         structured["context"] = content[0]["text"]
+
+
+def _not_searched(result: dict[str, Any], by: str, session: str, layers: Sequence[str]) -> None:
+    """A recall by image or vector without scope reads only the session: say so, first."""
+    structured = result.get("structuredContent")
+    if layers and not result.get("isError") and isinstance(structured, dict):
+        line = NOT_SEARCHED_WARNING.format(by=by, session=session, layers=", ".join(layers))
+        structured.setdefault("warnings", []).insert(0, line)
 
 
 def _with_session(result: dict[str, Any], session: str) -> dict[str, Any]:

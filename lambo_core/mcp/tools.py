@@ -61,15 +61,63 @@ def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# An inline image (spec: lambo_derive_image's image row, Limits). The pattern is the strict
+# base64 lambo checks (image_input.py), which names the exact rule a bad value breaks.
+IMAGE = _object(
+    ["mime", "data"],
+    {
+        "mime": {"type": "string", "enum": ["image/png", "image/jpeg", "image/webp"]},
+        "data": {
+            "type": "string",
+            "maxLength": 2_796_204,
+            "pattern": "^[A-Za-z0-9+/]*={0,2}$",
+            "description": "The image's bytes in standard base64, padded, on one line, "
+            "without a data: prefix: at most 2 MiB decoded and 4096 pixels a side.",
+        },
+    },
+)
+# A vector the client computed, in the session's embedding space (lambo_stats'
+# embedding_contract, copied as it is).
+CLIENT_VECTOR = _object(
+    ["values", "contract"],
+    {
+        "values": {"type": "array", "minItems": 1, "maxItems": 4096, "items": {"type": "number"}},
+        "contract": _object(
+            ["kind", "model", "dim"],
+            {
+                "kind": {"type": "string", "maxLength": 64},
+                "model": {"type": ["string", "null"], "maxLength": STRING},
+                "dim": {"type": "integer", "minimum": 1},
+            },
+        ),
+    },
+)
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "lambo_recall": _object(
-        ["agent_id", "query"],
+        ["agent_id"],
         {
             "agent_id": _AGENT_ID,
-            "query": {"type": "string", "maxLength": STRING, "description": "What to recall."},
+            "query": {
+                "type": "string",
+                "maxLength": STRING,
+                "description": "What to recall. Required unless image or query_vector is "
+                "sent; beside them it is optional.",
+            },
             "top_k": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
             "max_tokens": {"type": "integer", "minimum": 1, "maximum": 100_000, "default": 500},
             "traversal_depth": {"type": "integer", "minimum": 0, "maximum": 5, "default": 2},
+            "image": {
+                **IMAGE,
+                "description": "Recall what is close to this image (at most one of image, "
+                "query_vector). Needs an embedder that embeds images.",
+            },
+            "query_vector": {
+                **CLIENT_VECTOR,
+                "description": "Recall what is close to a vector you computed, with "
+                "lambo_stats' embedding_contract as its contract (at most one of image, "
+                "query_vector). Accepted only when the operator enabled client vectors.",
+            },
             "scope": _SCOPE,
         },
     ),

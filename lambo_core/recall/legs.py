@@ -20,6 +20,8 @@ from .names import question_names
 if TYPE_CHECKING:
     from ..index.graph import SessionGraph
     from ..index.session_index import SessionIndex
+    from ..index.vectors import SessionVectors
+    from ..model import Vector
     from ..session import Session
 
 LEG_KEYWORD = "keyword"
@@ -54,6 +56,13 @@ NOTICE_FAILED = KEYWORD_ONLY_NOTICE.format(
         "retrying will not help until the operator fixes it and restarts the serve "
         "(lambo_stats: embedder failed)"
     ),
+)
+
+# The spec's error row for a vector read refused (spec: Errors): nothing of the refusal is
+# shown, and retrying after a look at the session's contract is the way out.
+SEARCH_FAILED = (
+    "the vector search failed, so nothing was answered from the other legs; re-check the "
+    "session's embedding contract (lambo_stats) and retry; the detail was logged"
 )
 
 
@@ -137,12 +146,20 @@ def _name_searches(
 
 
 def run_legs(
-    session: Session, query: str, depth: int, legs: Collection[str], embedder: Any
+    session: Session,
+    query: str,
+    depth: int,
+    legs: Collection[str],
+    embedder: Any,
+    *,
+    by: Vector | None = None,
 ) -> LegResults:
     """Run the query legs (no lock held for the keyword and vector searches).
 
     One after the other: numpy's BLAS already spreads the scan over the cores,
-    and a keyword search beside it in a thread measured slower, not faster.
+    and a keyword search beside it in a thread measured slower, not faster. ``by``: the
+    vector leg searches by this vector (an image's or a client's) instead of the query's
+    embedding, and any failure of it is an error (``by_vector.search``).
     """
     index = session.index
     out = LegResults(depth=depth)
@@ -150,22 +167,44 @@ def run_legs(
         out.keyword = _keyword_leg(index, query, depth)
         out.names = tuple(question_names(query))
         out.named = _name_searches(index, out.names, depth)
-    matrix = index.vectors if LEG_VECTOR in legs and embedder is not None else None
+    wanted = LEG_VECTOR in legs and (embedder is not None or by is not None)
+    matrix = index.vectors if wanted else None
     if matrix is not None and matrix:  # StoreVectors answers without a store call
-        vector = embedder.embed_query(query)
-        if vector.shape[-1] != matrix.dim:
-            raise StoreError(
-                f"the query vector has width {vector.shape[-1]} and the session's vectors "
-                f"{matrix.dim}; re-check the session's embedding contract (lambo_stats) "
-                "and retry"
-            )
-        out.vector = matrix.top_k(vector, depth)
+        if by is not None:
+            vector = by
+            out.vector = _search_by(matrix, vector, depth)
+        else:
+            vector = embedder.embed_query(query)
+            _check_width(vector, matrix)
+            out.vector = matrix.top_k(vector, depth)
         out.vector_ran = True
         out.query_vector = vector
     if LEG_RECENT in legs:
         with index.lock:
             out.recent = _recent_leg(index.graph, depth)
     return out
+
+
+def _check_width(vector: Vector, matrix: SessionVectors) -> None:
+    if vector.shape[-1] != matrix.dim:
+        raise StoreError(
+            f"the query vector has width {vector.shape[-1]} and the session's vectors "
+            f"{matrix.dim}; re-check the session's embedding contract (lambo_stats) and retry"
+        )
+
+
+def _search_by(matrix: SessionVectors, vector: Vector, depth: int) -> list[tuple[str, float]]:
+    """The vector leg by an image's or a client's vector: a width the session's vectors do
+    not have, or any failure of the store's search, is the spec's store error, never an
+    answer from the other legs."""
+    _check_width(vector, matrix)
+    try:
+        return matrix.top_k(vector, depth)
+    except LamboError as exc:
+        raise StoreError(SEARCH_FAILED, detail=exc.detail or exc.render()) from None
+    except Exception as exc:  # only its class: a driver's text might quote the vector
+        detail = f"{type(exc).__name__} in the vector search"
+        raise StoreError(SEARCH_FAILED, detail=detail) from None
 
 
 def _recent_leg(graph: SessionGraph, limit: int) -> list[tuple[str, float]]:

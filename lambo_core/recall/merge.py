@@ -53,6 +53,11 @@ from .parts import (
 from .request import RecallResult
 
 UNAVAILABLE_WARNING = "recall: layer {layer} is unavailable; results are from {answered} only"
+# A recall by image or by vector reads one session (spec: Layered sessions): the session
+# alone, since a layer's vectors would have to be searched by the same image or vector.
+NOT_SEARCHED_WARNING = (
+    "recall: a recall by {by} reads session {session} only; its layers ({layers}) were not searched"
+)
 SCOPED_LAYER_WARNING = (
     "recall: these hits are from layer {layer}, and their ids belong to it; "
     'pass scope = "{layer}" to lambo_inspect to inspect one'

@@ -12,13 +12,23 @@ from typing import TYPE_CHECKING, Any
 from ..canon.history import CanonHistory
 from ..canon.rules import CanonRules
 from ..context import render_context
+from ..errors import LamboError
 from ..index.caches import LegResults
 from ..model import EdgeType
 from ..selection import checked_count, select_distinct
 from ..text import fold_case
+from .by_vector import search_vector
 from .dependency import DependencyAnchor, dependency_header, find_dependency_anchor
 from .fusion import Candidate, Ranking, Scorer, coverage, fuse, order_candidates, rank_key
-from .legs import ALL_LEGS, CANDIDATES_PER_HIT, LEG_VECTOR, keyword_query, run_legs, vector_state
+from .legs import (
+    ALL_LEGS,
+    CANDIDATES_PER_HIT,
+    LEG_RECENT,
+    LEG_VECTOR,
+    keyword_query,
+    run_legs,
+    vector_state,
+)
 from .lines import (
     Annotator,
     Pick,
@@ -117,7 +127,10 @@ def recall_parts(
     now = session.clock.now()
 
     with index.lock:
-        anchor = find_dependency_anchor(graph, request.query)
+        # By image or vector, a structural question is answered by the blended recall:
+        # traversal would ignore the image (spec: "Recall by image or by vector").
+        by_vector = request.by is not None
+        anchor = None if by_vector else find_dependency_anchor(graph, request.query)
         if anchor is not None:
             anchor, ambiguous = repository_of_subject(graph, anchor, request.query)
             if ambiguous is not None:  # a path in several repositories: none is answered
@@ -132,9 +145,13 @@ def recall_parts(
             return _dependency_answer(session, request, anchor, defaults, now, ranking)
 
     embedder, skipped_leg = (None, None)
-    if LEG_VECTOR in legs:
-        embedder, skipped_leg = vector_state(session, defaults.model_wait_ms / 1000.0)
-    leg_results = _leg_results(session, request.query, request.top_k, legs, embedder)
+    if request.by is not None:
+        leg_results = _by_vector_legs(session, request, legs, defaults)
+        embedder = _loaded_embedder(session)  # its merge threshold, for skip_redundant
+    else:
+        if LEG_VECTOR in legs:
+            embedder, skipped_leg = vector_state(session, defaults.model_wait_ms / 1000.0)
+        leg_results = _leg_results(session, request.query, request.top_k, legs, embedder)
 
     with index.lock:
         scorer = Scorer(session, now, ranking)
@@ -212,6 +229,28 @@ def _leg_results(
         found = run_legs(session, query, depth, legs, embedder)
         index.leg_cache.put(key, found)
     return found
+
+
+def _by_vector_legs(
+    session: Session, request: RecallRequest, legs: Collection[str], defaults: RecallDefaults
+) -> LegResults:
+    """The legs of a recall by image or vector, never cached: the vector leg by that
+    vector, the keyword leg by the text beside it, and recent interactions only with text
+    (without it they say nothing about the image, and their fixed score would outrank a
+    real match)."""
+    assert request.by is not None
+    vector = search_vector(session, request.by, defaults.model_wait_ms / 1000.0)
+    used = set(legs) if request.query else set(legs) - {LEG_RECENT}
+    depth = request.top_k * CANDIDATES_PER_HIT
+    return run_legs(session, request.query, depth, used, None, by=vector)
+
+
+def _loaded_embedder(session: Session) -> Any:
+    """The embedder if it has loaded, else None (a recall by vector does not wait for it)."""
+    try:
+        return session.embedder(0)
+    except LamboError:
+        return None
 
 
 def _ranked(

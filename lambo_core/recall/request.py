@@ -1,8 +1,8 @@
 """lambo_recall's arguments, configured defaults and result.
 
 Arguments are checked in the order of the spec's table (spec: lambo_recall); ``image``
-and ``query_vector`` are refused as configuration errors (no image embedder, no client
-vectors yet).
+and ``query_vector`` by ``by_vector.check_by_vector`` (spec: "Recall by image or by
+vector"), beside which ``query`` is optional and blank text counts as none.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..args import check_arguments, check_int, check_scope, require
 from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
-from ..errors import ConfigError, ParameterError
+from ..errors import ParameterError
 from ..selection import SelectionRules
-from ..text import MAX_STRING_BYTES, check_agent_id, check_string
+from ..text import MAX_STRING_BYTES, canonical_key, check_agent_id, check_string
+from .by_vector import ByVector, check_by_vector
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -56,6 +57,8 @@ class RecallDefaults:
     model_wait_ms: int = 3000
     # [recall] layer_relevance_floor: what a layer's hit needs to enter a merged recall
     layer_relevance_floor: float = 0.375
+    # [embedder] accept_client_vectors: lambo_recall's query_vector is accepted
+    accept_client_vectors: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> RecallDefaults:
@@ -69,6 +72,7 @@ class RecallDefaults:
             supersession_line=str(config.get("embedder.suspected_supersession_line")),
             model_wait_ms=int(config.get("recall.model_wait_ms")),
             layer_relevance_floor=float(config.get("recall.layer_relevance_floor")),
+            accept_client_vectors=bool(config.get("embedder.accept_client_vectors")),
         )
 
 
@@ -93,6 +97,8 @@ class RecallRequest:
     top_k: int
     max_tokens: int
     traversal_depth: int
+    # set: a recall by image or by vector, whose vector leg searches by it ("" query: no text)
+    by: ByVector | None = None
 
 
 def parse_request(session: Session, args: object, defaults: RecallDefaults) -> RecallRequest:
@@ -109,24 +115,14 @@ def parse_request(session: Session, args: object, defaults: RecallDefaults) -> R
         query = check_string(
             "query", raw_query, max_bytes=MAX_STRING_BYTES, allow_empty=has_image or has_vector
         )
+        if not canonical_key(query):  # beside an image or a vector, blank text is none
+            query = ""
     top_k = _int_arg(checked, "top_k", defaults.top_k, TOP_K_RANGE)
     max_tokens = _int_arg(checked, "max_tokens", defaults.max_tokens, MAX_TOKENS_RANGE)
     depth = _int_arg(checked, "traversal_depth", defaults.traversal_depth, DEPTH_RANGE)
-    if has_image and has_vector:
-        raise ParameterError("send at most one of image, query_vector")
-    if has_image:
-        raise ConfigError(
-            "recall by image needs an embedder that embeds images; this server's embedder "
-            "embeds text only. Recall by text, or configure an embedder with the image modality"
-        )
-    if has_vector:
-        raise ConfigError(
-            "recall by query_vector needs client vectors enabled, [embedder] "
-            "accept_client_vectors = true, which this server does not support yet; "
-            "recall by text instead"
-        )
+    by = check_by_vector(session, checked, accept_client_vectors=defaults.accept_client_vectors)
     check_scope(checked.get("scope"), session.name)  # a layer's scope is routed before this
-    return RecallRequest(agent_id, query, top_k, max_tokens, depth)
+    return RecallRequest(agent_id, query, top_k, max_tokens, depth, by)
 
 
 def _int_arg(args: Mapping[str, Any], name: str, default: int, bounds: tuple[int, int]) -> int:

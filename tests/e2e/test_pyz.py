@@ -114,6 +114,7 @@ def test_bare_python_spawns_the_pyz_derives_and_recalls(
     for group in ("numpy", "onnxruntime", "pydantic_core", "tokenizers"):
         assert group in groups
     assert "hf_xet" not in groups
+    assert "pillow" not in groups  # no image was checked: Pillow stays in the archive
 
 
 def test_two_clients_starting_at_once_share_one_unpack(
@@ -189,6 +190,42 @@ def test_processes_racing_on_an_empty_cache_publish_each_group_once(
         assert seen.count("unpacked") == 1, seen
         assert set(seen) <= {"unpacked", "raced", "cached"}, seen
     assert unpacked_groups(home, pyz) == ["numpy", "pydantic_core", "tokenizers"]
+
+
+PILLOW_PROBE = """
+import base64, io, json, sys, zipfile
+archive = sys.argv[1]
+sys.path.insert(0, archive + "/site")
+from lambo_core import zipapp_boot
+manifest = json.loads(zipfile.ZipFile(archive).read("lambo_pyz.json"))
+unpacker = zipapp_boot.install(archive, manifest)
+from PIL import Image
+from lambo_core.image_input import check_image
+assert Image.__file__.startswith(str(unpacker.base)), Image.__file__
+buf = io.BytesIO()
+Image.new("RGB", (5, 3), (1, 2, 3)).save(buf, "WEBP")
+data = base64.b64encode(buf.getvalue()).decode()
+image = check_image("image", {"mime": "image/webp", "data": data})
+print(json.dumps([image.width, image.height, unpacker.outcomes["pillow"]]))
+"""
+
+
+def test_pillow_is_a_native_group_that_decodes_images_from_the_archive(
+    pyz: Path, bare_python: list[str], tmp_path: Path
+) -> None:
+    """Pillow's extensions (the WebP codec among them) are a native group of their own,
+    unpacked on the first image a server checks, never at start."""
+    assert "PIL" in manifest_of(pyz)["groups"]["pillow"]
+    home = tmp_path / "pillow-home"
+    out = subprocess.run(
+        [*bare_python, "-c", PILLOW_PROBE, str(pyz)],
+        capture_output=True,
+        text=True,
+        env=bare_env(home),
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout) == [5, 3, "unpacked"]
 
 
 def other_pythons() -> list[str]:
