@@ -40,6 +40,7 @@ from .text import (
     canonical_key,
     check_agent_id,
     check_concept_type,
+    check_image_reference,
     check_string,
     has_image_suffix,
     parse_event_time,
@@ -228,8 +229,9 @@ def admit_derive(
         pair = check_arguments("lambo_derive", raw, PARENT_OF_ARGS, where=where)
         parent = check_string(f"{where}parent", require(pair, "parent", where=where))
         child = check_string(f"{where}child", require(pair, "child", where=where))
-        _check_no_image_suffix(f"{where}parent", parent)
-        _check_no_image_suffix(f"{where}child", child)
+        # An end may name an image concept by its content (spec: "Referring to an image").
+        check_image_reference(f"{where}parent", parent)
+        check_image_reference(f"{where}child", child)
         pairs.append({"parent": parent, "child": child})
 
     if embeds:
@@ -392,7 +394,7 @@ def admit_action(
             )
         texts = [check_string(f"{field}[{i}]", e) for i, e in enumerate(entries)]
         for i, text in enumerate(texts):
-            _check_no_image_suffix(f"{field}[{i}]", text)
+            check_image_reference(f"{field}[{i}]", text)
         targets[field] = texts
     check_scope(call.get("scope"), session, writing=True)  # null: omitted, as on reads
     repo = admitted_repo_scope(call)

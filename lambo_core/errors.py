@@ -23,6 +23,8 @@ class ErrorKind(enum.Enum):
     CONFLICT = "conflict"
     INTERNAL = "internal error"
     FORBIDDEN = "forbidden"
+    #: lambo_derive_image's receipt: a text concept already holds the image's content
+    IMAGE_ID_TAKEN = "image id taken"
     #: `lambo model pull` only (no tool raises it): the hub could not be reached, or a
     #: transfer failed or did not verify
     DOWNLOAD = "download error"
@@ -83,6 +85,12 @@ class InternalError(LamboError):
     """A handler fault: the caller learns only that the call had no further effect."""
 
     kind = ErrorKind.INTERNAL
+
+
+class ImageIdTaken(LamboError):
+    """An image whose caption and image_id a text concept already holds."""
+
+    kind = ErrorKind.IMAGE_ID_TAKEN
 
 
 class ForbiddenError(LamboError):

@@ -21,7 +21,7 @@ from .errors import StoreError
 from .repo_scope import check_repo_scope
 
 SCOPED_KIND = "repo_scoped"
-WRITE_KINDS = ("derive", "action")
+WRITE_KINDS = ("derive", "action", "derive_image")
 NOTHING_WRITTEN = "; nothing was written"
 
 

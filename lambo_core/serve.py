@@ -28,6 +28,7 @@ from .admin_tools import ADMIN_TOOLS, answer_admin
 from .clock import SystemClock
 from .config import Config
 from .daemon import Daemon
+from .derive_image import image_tool_listed
 from .embed.loader import LoadedModels
 from .errors import ConfigError, ConflictError, LamboError, internal_fault
 from .hub import (
@@ -47,7 +48,7 @@ from .mcp.server import build_server
 from .mcp.stdio import bounded_stdio_server
 from .reach import reach_meta
 from .scoring import start_summary_warm
-from .service import SERVED_TOOLS, MemoryService, ToolResult
+from .service import MemoryService, ToolResult, listed_tools
 from .session import EmbedderPlan, Session
 from .store import open_config_store, store_location
 from .store.base import Store
@@ -168,8 +169,10 @@ def warn_if_readable_by_others(store_path: Path) -> None:
             )
 
 
-def tool_names() -> list[str]:
-    return list(SERVED_TOOLS)
+def tool_names(image_tool: bool = False) -> list[str]:
+    """What this serve lists: every session it holds lists the same tools, lambo_derive_image
+    among them where the process's settings can serve it (``image_tool_listed``)."""
+    return listed_tools(image_tool)
 
 
 async def attach_layers(
@@ -453,7 +456,8 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
     caller how the process may exit.
     """
     serve = Serve(config, options)
-    server = build_server(options.session, serve, tool_names, options.layers)
+    image_tool = image_tool_listed(config)
+    server = build_server(options.session, serve, lambda: tool_names(image_tool), options.layers)
     stop = anyio.Event()
     try:
         # The election is not cancelled when the client leaves: it may be opening the

@@ -24,6 +24,8 @@ from .canon.history import CanonHistory
 from .canon.rules import CanonRules
 from .config import Config
 from .daemon import Daemon
+from .derive_image import TOOL as IMAGE_TOOL
+from .derive_image import ImageSettings, lists_image_tool, read_image_call
 from .errors import LamboError, ParameterError, internal_fault
 from .gc.sweep import gc_stats
 from .inspect import run_inspect
@@ -39,6 +41,7 @@ from .session import Session, describe_contract
 from .stale import run_stale
 from .text import check_agent_id, check_string
 from .writes import WritePipeline
+from .writes.outcome import Ack
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,15 @@ SERVED_TOOLS = (
 )
 
 
+def listed_tools(image_tool: bool) -> list[str]:
+    """The tools a server lists: the served ones, and lambo_derive_image (after
+    lambo_derive) where it can work (``derive_image.lists_image_tool``)."""
+    names = list(SERVED_TOOLS)
+    if image_tool:
+        names.insert(names.index("lambo_derive") + 1, IMAGE_TOOL)
+    return names
+
+
 class UnknownTool(LamboError):
     """A tool name this server does not serve (the MCP layer answers -32602)."""
 
@@ -111,10 +123,12 @@ class MemoryService:
             daemon.history if daemon is not None else CanonHistory(session, self._canon_rules)
         )
         self.locks = LockTable(session.clock)  # advisory, in RAM: gone with the hub
+        self._image_settings = ImageSettings.from_config(config)
         self._handlers: dict[str, Handler] = {
             "lambo_recall": self._recall,
             "lambo_derive": self._derive,
             "lambo_record_action": self._record_action,
+            IMAGE_TOOL: self._derive_image,
             "lambo_reserve": self._off_loop(lambda a: run_reserve(session, a, self.locks)),
             "lambo_inspect": self._off_loop(
                 lambda a: run_inspect(
@@ -143,7 +157,8 @@ class MemoryService:
         return handler
 
     def tool_names(self) -> list[str]:
-        return [name for name in SERVED_TOOLS if name in self._handlers]
+        image_tool = lists_image_tool(self._image_settings, self.session.modalities)
+        return [name for name in listed_tools(image_tool) if name in self._handlers]
 
     async def call(self, tool: str, arguments: object, *, piggyback: bool = True) -> ToolResult:
         """Answer one call; with ``piggyback`` the caller's settled receipts ride along
@@ -169,9 +184,12 @@ class MemoryService:
         No receipts ride along: the session written through gathers its own."""
 
         async def submit(args: Mapping[str, Any]) -> ToolResult:
-            ack = await anyio.to_thread.run_sync(
-                partial(self.pipeline.submit, tool, args, via=via, foreign=foreign)
-            )
+            if tool == IMAGE_TOOL:
+                ack = await anyio.to_thread.run_sync(self._submit_image, args, via, foreign)
+            else:
+                ack = await anyio.to_thread.run_sync(
+                    partial(self.pipeline.submit, tool, args, via=via, foreign=foreign)
+                )
             return ToolResult(texts=[ack.text], structured=ack.structured)
 
         return await self._answer(tool, arguments, submit)
@@ -238,6 +256,20 @@ class MemoryService:
     async def _record_action(self, args: Mapping[str, Any]) -> ToolResult:
         ack = await anyio.to_thread.run_sync(self.pipeline.submit, "lambo_record_action", args)
         return ToolResult(texts=[ack.text], structured=ack.structured)
+
+    async def _derive_image(self, args: Mapping[str, Any]) -> ToolResult:
+        ack = await anyio.to_thread.run_sync(self._submit_image, args, None, None)
+        return ToolResult(texts=[ack.text], structured=ack.structured)
+
+    def _submit_image(
+        self, args: Mapping[str, Any], via: str | None, foreign: Mapping[str, str] | None
+    ) -> Ack:
+        """lambo_derive_image: read, checked and embedded first, with no lock held (the
+        model may take a while), then admitted and acked as any write."""
+        image_call = read_image_call(self.session, args, self._image_settings)
+        return self.pipeline.submit(
+            IMAGE_TOOL, args, via=via, foreign=foreign, image_call=image_call
+        )
 
     # -- lambo_stats ----------------------------------------------------------------------
     async def _stats(self, args: Mapping[str, Any]) -> ToolResult:

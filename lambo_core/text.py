@@ -355,6 +355,13 @@ _IMAGE_SUFFIX_RE = re.compile(r"\[image:[a-z0-9]{1,64}\]", re.ASCII)
 # Longest first, so "[image:abc]'s" loses "'s" rather than only "s".
 _STEM_SUFFIXES = ("'s", "’s", "s'", "s’", "es", "s")
 _NOT_STEMMED_RE = re.compile(r"[0-9/.]")
+# Sentence punctuation around a word, dropped before it is read: "look at [image:r17], nice"
+# still names the image, as a keyword search reads it. "[" and "]" are the suffix's own, and a
+# quote that ends a possessive ("s'") is left to the stemming.
+_WORD_PUNCTUATION = '({"“«‘'
+_WORD_END_PUNCTUATION = ',;:!?.…)}"”»'
+# The one form a reference may name an image concept by: its content, caption [image:<id>].
+_IMAGE_CONTENT_RE = re.compile(r"(?P<caption>.*\S) \[image:(?P<id>[a-z0-9]{1,64})\]", re.DOTALL)
 
 
 def visible_nfc(text: str) -> str:
@@ -370,10 +377,12 @@ def has_image_suffix(text: str) -> bool:
     or ``.``, also with one plural or possessive ending stripped (``s``, ``es``,
     ``'s``, ``s'``). So ``[IMAGE:R17]`` and ``[image:abc]s`` are image
     suffixes, ``[image:r17]s`` and ``see [image: diagram]`` are not. The id is
-    ``[a-z0-9]{1,64}``, as for ``lambo_derive_image``.
+    ``[a-z0-9]{1,64}``, as for ``lambo_derive_image``. Sentence punctuation around a word
+    is dropped first, so ``look at [image:r17], nice`` holds one.
     """
     folded = visible_nfc(text).casefold()
-    for word in folded.split():
+    for spaced in folded.split():
+        word = spaced.lstrip(_WORD_PUNCTUATION).rstrip(_WORD_END_PUNCTUATION)
         if _IMAGE_SUFFIX_RE.fullmatch(word):
             return True
         if _NOT_STEMMED_RE.search(word):
@@ -382,3 +391,23 @@ def has_image_suffix(text: str) -> bool:
             if word.endswith(suffix) and _IMAGE_SUFFIX_RE.fullmatch(word[: -len(suffix)]):
                 return True
     return False
+
+
+def image_content(text: str) -> tuple[str, str] | None:
+    """(caption, image id) when ``text`` is an image concept's content, ``caption
+    [image:<id>]``, with no other image suffix in the caption; else None."""
+    match = _IMAGE_CONTENT_RE.fullmatch(text)
+    if match is None or has_image_suffix(match["caption"]):
+        return None
+    return match["caption"], match["id"]
+
+
+def check_image_reference(field: str, text: str) -> None:
+    """A text that names a concept (a parent_of end, an action's produces, modifies or
+    depends_on entry) may name an image concept by its content, and hold no image suffix
+    otherwise (spec: "Referring to an image concept")."""
+    if has_image_suffix(text) and image_content(text) is None:
+        raise ParameterError(
+            f"{field} may hold an image suffix ([image:<id>]) only to name an image concept by "
+            "its content, caption [image:<image_id>], with the suffix once, at the end"
+        )

@@ -96,6 +96,7 @@ def test_every_scope_says_it_may_name_a_layer() -> None:
     }
     assert sorted(described) == [
         "lambo_derive",
+        "lambo_derive_image",
         "lambo_inspect",
         "lambo_recall",
         "lambo_record_action",

@@ -199,9 +199,10 @@ def test_background_jobs_run_on_the_writer_thread(service: MemoryService) -> Non
 
 def test_every_served_tool_has_a_published_schema() -> None:
     from lambo_core.mcp.tools import DESCRIPTIONS, SCHEMAS
-    from lambo_core.service import SERVED_TOOLS
+    from lambo_core.service import SERVED_TOOLS, listed_tools
 
-    assert set(SERVED_TOOLS) == set(SCHEMAS) == set(DESCRIPTIONS)
+    assert set(listed_tools(True)) == set(SERVED_TOOLS) | {"lambo_derive_image"}
+    assert set(listed_tools(True)) == set(SCHEMAS) == set(DESCRIPTIONS)
     for schema in SCHEMAS.values():
         assert schema["additionalProperties"] is False
         assert "agent_id" in schema["required"]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 from ..admin_tools import ADMIN_TOOLS
+from ..derive_image import TOOL as IMAGE_TOOL
 from ..errors import LamboError, ParameterError
 from ..receipts import render_line, to_structured
 from ..service import SERVED_TOOLS, ToolResult
@@ -49,13 +50,13 @@ INTERNAL_TOOLS = (
     LAYER_RECEIPT,
     LAYER_ACCESSED,
 )
-WRITE_TOOLS = ("lambo_derive", "lambo_record_action")
+WRITE_TOOLS = ("lambo_derive", IMAGE_TOOL, "lambo_record_action")
 
 
 def socket_tool_names() -> list[str]:
     """What a hub's socket answers: the public tools, the internal ones and the admin ones
     (``admin_tools.py``)."""
-    return [*SERVED_TOOLS, *INTERNAL_TOOLS, *ADMIN_TOOLS]
+    return [*SERVED_TOOLS, IMAGE_TOOL, *INTERNAL_TOOLS, *ADMIN_TOOLS]
 
 
 def _text(args: Mapping[str, Any], key: str) -> str:

@@ -21,6 +21,7 @@ import anyio.to_thread
 
 from ..args import check_scope
 from ..context import TRUNCATED_SCOPED_LINE
+from ..derive_image import TOOL as IMAGE_TOOL
 from ..errors import LamboError, internal_fault
 from ..hub.answers import HUB_SILENT_TEXT, tool_error
 from ..reach import reachable
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: the tools that take scope: every one but lambo_stats (its receipt finds a layer's write)
-SCOPED_TOOLS = frozenset(SERVED_TOOLS) - {"lambo_stats"}
+SCOPED_TOOLS = (frozenset(SERVED_TOOLS) | {IMAGE_TOOL}) - {"lambo_stats"}
 
 
 class LayeredService:

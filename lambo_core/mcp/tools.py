@@ -43,6 +43,45 @@ _EVENT_TIME = {
 }
 
 
+IMAGE_DATA_CHARS = 2_796_204  # base64 of 2 MiB
+VECTOR_VALUES = 4096
+
+_IMAGE_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["mime", "data"],
+    "properties": {
+        "mime": {"type": "string", "enum": ["image/png", "image/jpeg", "image/webp"]},
+        "data": {
+            "type": "string",
+            "maxLength": IMAGE_DATA_CHARS,
+            "description": "The image bytes in standard, padded base64 on one line, with no "
+            "data: prefix: at most 2 MiB decoded and 4096 pixels a side.",
+        },
+    },
+}
+_CONTRACT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["kind", "model", "dim"],
+    "properties": {
+        "kind": {"type": "string"},
+        "model": {"type": ["string", "null"]},
+        "dim": {"type": "integer", "minimum": 1, "maximum": VECTOR_VALUES},
+    },
+    "description": "The session's embedding_contract from lambo_stats, exactly.",
+}
+_VECTOR_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["values", "contract"],
+    "properties": {
+        "values": {"type": "array", "maxItems": VECTOR_VALUES, "items": {"type": "number"}},
+        "contract": _CONTRACT,
+    },
+}
+
+
 def _refs(max_items: int, what: str) -> dict[str, Any]:
     return {
         "type": "array",
@@ -166,6 +205,47 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "repo_scope": _REPO_SCOPE,
         },
     ),
+    "lambo_derive_image": _object(
+        ["agent_id", "caption", "concept_type"],
+        {
+            "agent_id": _AGENT_ID,
+            "caption": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": STRING,
+                "description": "What the image is, in words; lambo adds [image:<image_id>].",
+            },
+            "concept_type": {
+                "type": "string",
+                "enum": [t for t in ConceptType.wire_names() if t != "observation"],
+            },
+            "image_id": {
+                "type": "string",
+                "pattern": "^[a-z0-9]{1,64}$",
+                "description": "Your id for the image; omit it for one made from a digest of "
+                "the image or vector.",
+            },
+            "image": {**_IMAGE_INPUT, "description": "The image, which the server embeds."},
+            "vector": {
+                **_VECTOR_INPUT,
+                "description": "A vector you computed for the image, in the session's "
+                "embedding space (accepted only where the operator enabled client vectors).",
+            },
+            "event_time": _EVENT_TIME,
+            "parent_of": {
+                "type": "array",
+                "maxItems": 256,
+                "items": _object(
+                    ["parent", "child"],
+                    {
+                        "parent": {"type": "string", "minLength": 1, "maxLength": STRING},
+                        "child": {"type": "string", "minLength": 1, "maxLength": STRING},
+                    },
+                ),
+            },
+            "scope": _SCOPE,
+        },
+    ),
     "lambo_record_action": _object(
         ["agent_id", "action"],
         {
@@ -233,6 +313,10 @@ DESCRIPTIONS: dict[str, str] = {
     "lambo_derive": "Store new concepts learned now: each one fact, short. Cite what a concept "
     "rests on in depends_on and what it shows wrong in against. Applied in the background; "
     "the ack carries a receipt.",
+    "lambo_derive_image": "Store one image as a concept: a caption and the image (or a "
+    "vector you computed for it, in the session's embedding space). Its content is the caption "
+    "plus [image:<image_id>]; name it so in parent_of or an action's produces, modifies or "
+    "depends_on. Applied in the background; the ack carries a receipt.",
     "lambo_record_action": "Record something you did, with what it produces, modifies and "
     "depends on. Applied in the background; the ack carries a receipt.",
     "lambo_reserve": "Take (or with release, drop) a soft lock on a node before editing it.",

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..admission import NOTHING_WRITTEN, call_text, check_action_acyclic, check_hierarchy_acyclic
 from ..call_scope import CallScope, Inferred
-from ..errors import StoreError
+from ..derive_image import payload_vector
+from ..errors import ImageIdTaken, StoreError
 from ..index.graph import SessionGraph
 from ..matching import MERGE_CANDIDATES, Facts, merge_refused
 from ..model import (
@@ -91,12 +92,11 @@ def plan_write(
     now = session.clock.now()
     event_time = payload.get("event_time")
     about = min(float(event_time), now) if event_time is not None else now
-    kind = InteractionKind.DERIVE if payload["kind"] == "derive" else InteractionKind.ACTION
-    summary = (
-        call_text([c["content"] for c in payload["concepts"]])
-        if payload["kind"] == "derive"
-        else payload["action"]
-    )
+    kind = _INTERACTION_KINDS[payload["kind"]]
+    if payload["kind"] == "derive":
+        summary = call_text([c["content"] for c in payload["concepts"]])
+    else:
+        summary = payload["action" if payload["kind"] == "action" else "content"]
     interaction = Interaction(new_id(), session.name, intent.agent_id, kind, now, about, summary)
     plan = Plan(batch=WriteBatch(session=session.name, interaction=interaction))
     # The vectors came from the loaded embedder: its threshold is the one they merge by.
@@ -105,9 +105,18 @@ def plan_write(
     builder.scope_to(payload.get("repo_scope"))
     if payload["kind"] == "derive":
         builder.derive(payload, vectors)
+    elif payload["kind"] == "derive_image":
+        builder.derive_image(payload, vectors or [])
     else:
         builder.action(payload, vectors)
     return plan
+
+
+_INTERACTION_KINDS = {
+    "derive": InteractionKind.DERIVE,
+    "action": InteractionKind.ACTION,
+    "derive_image": InteractionKind.DERIVE_IMAGE,
+}
 
 
 class Builder:
@@ -256,6 +265,7 @@ class Builder:
         return (
             candidate is not None
             and not candidate.repo_scope  # nothing merges into a scoped path
+            and not candidate.is_image  # nor into an image (spec: lambo_derive_image)
             and merge_refused(self._facts(content), self._facts(candidate.content)) is None
         )
 
@@ -282,6 +292,7 @@ class Builder:
         vector: Vector | None,
         *,
         repo: str | None = None,
+        source: str | None = None,
     ) -> str:
         node_id = new_id()
         self.plan.batch.concepts.append(
@@ -297,6 +308,7 @@ class Builder:
                 interaction_id=self.interaction_id,
                 repo_scope=repo,
                 vector=vector,
+                vector_source=source,
             )
         )
         self.plan.created.append(node_id)
@@ -493,6 +505,39 @@ class Builder:
             self.edge(ends[0], ends[1], EdgeType.HIERARCHICAL)
         check_hierarchy_acyclic(self.graph, hierarchy)
         self._neighbours()
+        self._finish()
+
+    # -- lambo_derive_image -----------------------------------------------------------------
+    def derive_image(self, payload: dict[str, Any], end_vectors: list[Vector]) -> None:
+        """The image concept at its content's key: the same concept when an image already
+        holds it, refused when a text concept does; else new, with the image's vector. It
+        never merges by similarity, so it has no replacement candidates either."""
+        content, ctype = payload["content"], ConceptType(payload["type"])
+        existing = self.names.exact(content)
+        if existing is not None:
+            held = self.graph.concept(existing.node_id)
+            if held is None or not held.is_image:
+                raise ImageIdTaken(
+                    f"{payload['image_id']}: a text concept already holds the content "
+                    f"'{show_safely(content, EXCERPT_CHARS)}'; choose another image id, or "
+                    "derive the image before naming it" + NOTHING_WRITTEN
+                )
+            node = existing.node_id
+            self._matched(node)
+        else:
+            vector = payload_vector(payload, self.session.contract["dim"])
+            node = self._create(
+                content, canonical_key(content), ctype, vector, source=payload["source"]
+            )
+        self.names.place(content, node, new=node in self.plan.created)
+        self.edge(self.interaction_id, node, EdgeType.DERIVES)
+        hierarchy: list[tuple[str, str]] = []
+        for i, pair in enumerate(payload["parent_of"]):
+            land_end = self._end_lander(end_vectors[2 * i : 2 * i + 2])
+            ends = self.scope.pair(f"parent_of[{i}].", pair["parent"], pair["child"], land_end)
+            hierarchy.append(ends)
+            self.edge(ends[0], ends[1], EdgeType.HIERARCHICAL)
+        check_hierarchy_acyclic(self.graph, hierarchy)
         self._finish()
 
     # -- lambo_record_action ----------------------------------------------------------------

@@ -46,6 +46,12 @@ def texts_to_embed(payload: dict[str, Any]) -> list[str]:
         frame_with = call_text(contents)
         items = contents + [e for p in payload["parent_of"] for e in (p["parent"], p["child"])]
         return [f"{item}{FRAME_SEPARATOR}{frame_with}" for item in items]
+    if payload["kind"] == "derive_image":  # its own vector came with it: only its ends
+        return [
+            f"{e}{FRAME_SEPARATOR}{payload['content']}"
+            for p in payload["parent_of"]
+            for e in (p["parent"], p["child"])
+        ]
     targets = payload["produces"] + payload["modifies"]
     targets += [d["ref"] for d in payload["depends_on"] if not d.get("node_id")]
     return [payload["action"], *targets]

@@ -16,9 +16,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..admission import Admitted, admit_action, admit_derive
 from ..contradiction import DEFAULT_EDGE_MIN_AGE_S
 from ..cross_refs import CrossSession
+from ..derive_image import ImageCall
 from ..errors import LamboError, StoreError, internal_fault
 from ..forget import FORGET_TOOL
 from ..health import StoreHealth
@@ -28,6 +28,7 @@ from ..receipts import ReceiptState
 from ..scoped_intent import opened, settled_form
 from ..session import Session
 from ..store.base import LEASE_LOST_TEXT, FencedOut, IntentNotPending
+from .admit import admit_write
 from .builder import plan_write
 from .embedding import DEFAULT_EMBED_BATCH, Prepared, WriteEmbedding, fit_batch
 from .faults import (
@@ -39,7 +40,7 @@ from .faults import (
     record_failure,
     settled_state,
 )
-from .forget import admit_forget, apply_forget
+from .forget import apply_forget
 from .layer_writes import ack_warnings
 from .outcome import Ack, add_stale_report, durable_outcome, outcome_of, render_ack
 from .periodic import PeriodicJobs
@@ -218,8 +219,10 @@ class WritePipeline:
         *,
         via: str | None = None,
         foreign: Mapping[str, str] | None = None,
+        image_call: ImageCall | None = None,
     ) -> Ack:
-        """Admit one lambo_derive / lambo_record_action call and ack it.
+        """Admit one write call and ack it (a lambo_derive_image call as ``image_call``
+        read, its image embedded, before any lock is taken).
 
         ``via`` names the session a write into this one (a layer) was submitted through:
         its receipt is that session's to be told (``writes.layer_writes``). ``foreign``
@@ -232,7 +235,8 @@ class WritePipeline:
         with self._admit_lock:
             self._refuse_if_fenced()
             with session.index.lock:
-                admitted = self._admit(tool, args, CrossSession.of(foreign, via))
+                cross = CrossSession.of(foreign, via)
+                admitted = admit_write(session, tool, args, cross, image_call)
             receipt = session.receipts.issue(admitted.agent_id, destination, tool)
             if receipt.state is not ReceiptState.PENDING:
                 # the receipt line says why ("nothing was written: your lane of 64 …")
@@ -268,26 +272,6 @@ class WritePipeline:
         return render_ack(
             admitted.summary, receipt, admitted.agent_id, session=layer, warnings=warnings
         )
-
-    def _admit(self, tool: str, args: object, cross: CrossSession | None) -> Admitted:
-        """Admission against the graph (the caller holds its lock)."""
-        session = self.session
-        graph = session.index.graph
-        layer = session.name if session.shared_layer else None
-        if tool == "lambo_derive":
-            return admit_derive(
-                args,
-                session=session.name,
-                graph=graph,
-                embeds=session.embeds,
-                layer=layer,
-                cross=cross,
-            )
-        if tool == "lambo_record_action":
-            return admit_action(args, session=session.name, graph=graph, layer=layer, cross=cross)
-        if tool == FORGET_TOOL:  # an admin write: ordered with the others (writes/forget.py)
-            return admit_forget(args, graph)
-        raise ValueError(f"not a write tool: {tool}")  # pragma: no cover - service routes
 
     # -- the lease -------------------------------------------------------------------------
     @property

@@ -28,6 +28,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ...config import Config
 from ...credentials import Credential, Verifier, resolve
+from ...derive_image import image_tool_listed
 from ...embed.loader import LoadedModels
 from ...errors import ConfigError
 from ...hosts import in_url, is_loopback, is_wildcard
@@ -257,11 +258,14 @@ async def _serve_until_stopped(
     serves and the layers not served at an address of their own) inside the budget."""
     port = sock.getsockname()[1]  # the one --port 0 was given
     security = settings.security(port)  # once: a wildcard bind resolves the host's names
+    image_tool = image_tool_listed(serves[0].config) if serves else False
     endpoints = [
         Endpoint(
             s.options.session,
             session_manager(
-                build_server(s.options.session, s, tool_names, s.options.layers),
+                build_server(
+                    s.options.session, s, lambda: tool_names(image_tool), s.options.layers
+                ),
                 settings,
                 security,
             ),
