@@ -30,9 +30,8 @@ from .admission import (
 from .args import check_arguments, check_list, check_scope, require
 from .call_scope import CallScope
 from .client_vectors import check_client_vector, vector_digest
-from .embed.base import embeds_images
 from .embed.loader import read_model_facts, wants_embedder
-from .errors import ConfigError, LamboError, ParameterError, StoreError
+from .errors import LamboError, ParameterError, StoreError
 from .image_input import check_image
 from .index.graph import SessionGraph
 from .model import ConceptType, Vector
@@ -47,6 +46,7 @@ from .text import (
     parse_event_time,
     show_safely,
 )
+from .vector_input import embed_image, refuse_unconfigured
 
 if TYPE_CHECKING:
     from .config import Config
@@ -67,9 +67,6 @@ ARGS = (
     "scope",
 )
 IMAGE_ID_RE = re.compile(r"[a-z0-9]{1,64}", re.ASCII)
-#: The default image id: this many hex characters of the digest of what was sent, so a
-#: caption may be at most 16,359 bytes with it (the spec's figure).
-DEFAULT_ID_CHARS = 16
 #: Where a vector came from, as a concept records it: the image's mime, or a client's.
 CLIENT_SOURCE = "client"
 #: An image concept may be any type but an observation (spec: concept_type).
@@ -86,16 +83,12 @@ class ImageSettings:
     recall by image or vector) can do here."""
 
     accept_client_vectors: bool = False
-    match_strategy: str = "hybrid"
-    embedder_kind: str = "onnx"
-    model_wait_s: float = 3.0
+    model_wait_s: float = 3.0  # [recall] model_wait_ms: how long a call waits for the model
 
     @classmethod
     def from_config(cls, config: Config) -> ImageSettings:
         return cls(
             accept_client_vectors=bool(config.get("embedder.accept_client_vectors")),
-            match_strategy=str(config.get("embedder.match_strategy")),
-            embedder_kind=str(config.get("embedder.kind")),
             model_wait_s=int(config.get("recall.model_wait_ms")) / 1000.0,
         )
 
@@ -141,56 +134,6 @@ class ImageCall:
         return self.caption + image_suffix(self.image_id)
 
 
-def refuse_unconfigured(
-    session: Session, settings: ImageSettings, *, what: str, needs_image: bool, needs_vector: bool
-) -> None:
-    """The configuration error for a call that needs the vector leg this server lacks:
-    keyword-only matching, a store without vector search, no image embedder (``image``),
-    client vectors off (``vector`` / ``query_vector``). ``what`` names the call."""
-    if settings.embedder_kind == "none":
-        raise ConfigError(f"{what} needs an embedder, and [embedder] kind is none here")
-    if settings.match_strategy == "canonical":
-        raise ConfigError(
-            f'{what} needs [embedder] match_strategy = "hybrid"; this server is "canonical" '
-            "(keyword-only, no vector search)"
-        )
-    if not session.store.has_vector_search:
-        raise ConfigError(f"{what} needs a store with vector search, and this store has none")
-    if needs_image and "image" not in session.modalities:
-        raise ConfigError(
-            f"{what} needs an embedder that embeds images ([embedder] model naming an image "
-            "and text model); this server's embedder embeds text only"
-        )
-    if needs_vector and not settings.accept_client_vectors:
-        raise ConfigError(
-            f"{what} needs client vectors, which this server does not accept; the operator "
-            "can set [embedder] accept_client_vectors = true"
-        )
-
-
-def embed_image(session: Session, data: bytes, wait_s: float) -> Vector:
-    """The unit vector the session's embedder makes of one checked image. An embedder that
-    fails on it is a store error whose detail is logged, never an answer without it."""
-    embedder = session.embedder(wait_s)
-    if not embeds_images(embedder):
-        raise ConfigError("this server's embedder embeds text only, so it cannot embed an image")
-    try:
-        matrix = embedder.embed_images([data])
-    except LamboError:
-        raise
-    except Exception as exc:
-        raise StoreError(
-            "the embedder failed on this image; the detail was logged", detail=type(exc).__name__
-        ) from None
-    vector = np.asarray(matrix, dtype=np.float32).reshape(-1)
-    if vector.shape[0] != session.contract["dim"] or not np.isfinite(vector).all():
-        raise StoreError(
-            "the embedder's image vector does not fit this session's embedding contract; "
-            "re-check the session's embedding contract (lambo_stats) and retry"
-        )
-    return vector
-
-
 def read_image_call(session: Session, args: object, settings: ImageSettings) -> ImageCall:
     """Check a lambo_derive_image call in the spec's order and embed its image (no lock is
     held: the model may take a while). Refusals name the field and never show the payload."""
@@ -214,16 +157,21 @@ def read_image_call(session: Session, args: object, settings: ImageSettings) -> 
     if has_image == has_vector:
         raise ParameterError("send exactly one of image, vector")
     refuse_unconfigured(
-        session, settings, what=TOOL, needs_image=has_image, needs_vector=has_vector
+        session,
+        TOOL,
+        image=has_image,
+        vector=has_vector,
+        accept_client_vectors=settings.accept_client_vectors,
     )
     if has_image:
         image = check_image("image", call["image"])
         digest, source = image.digest(), image.mime
-        vector = embed_image(session, image.data, settings.model_wait_s)
+        vector = embed_image(session, image, settings.model_wait_s, TOOL)
     else:
         vector = check_client_vector("vector", call["vector"], session.contract)
         digest, source = vector_digest(vector), CLIENT_SOURCE
-    image_id = given_id or digest[:DEFAULT_ID_CHARS]
+    # the default: 16 hex characters of the digest, so a caption may be at most 16,359 bytes
+    image_id = given_id or digest
     _check_caption_size(caption, image_id)
     event_time = None
     if call.get("event_time") is not None:

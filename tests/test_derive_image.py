@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from lambo_core.config import load_config
+from lambo_core.embed.loader import LoadedModels
 from lambo_core.embed.onnx import OnnxEmbedder
 from lambo_core.model import EdgeType
 from lambo_core.receipts import ReceiptState, ReceiptView
+from lambo_core.serve import Serve
 from lambo_core.service import MemoryService, ToolResult
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import SqliteStore
@@ -26,10 +28,16 @@ from lambo_core.writes import WritePipeline
 AGENT = "dresscode"
 
 
-def _service(tmp_path: Path, embedder: OnnxEmbedder, **flags: Any) -> MemoryService:
+def _service(tmp_path: Path, embedder: OnnxEmbedder | None, **flags: Any) -> MemoryService:
+    """A service on a SQLite file with ``embedder`` (None: the plan ``flags`` configure)."""
     config = load_config(env={"LAMBO_HOME": str(tmp_path)}, cwd=tmp_path, flags=flags)
     store = SqliteStore(tmp_path / "lambo.db")
-    session = Session.open(store, "s", EmbedderPlan.ready(embedder))
+    plan = (
+        EmbedderPlan.ready(embedder)
+        if embedder is not None
+        else EmbedderPlan.from_config(config, LoadedModels())
+    )
+    session = Session.open(store, "s", plan)
     return MemoryService(session, WritePipeline(session).start(), config)
 
 
@@ -286,7 +294,7 @@ def test_without_client_vectors_or_vector_search_every_call_is_a_configuration_e
         off.pipeline.close()
     canonical = _service(
         tmp_path / "canonical",
-        minilm,
+        None,
         **{"embedder.accept_client_vectors": True, "embedder.match_strategy": "canonical"},
     )
     try:
@@ -342,6 +350,7 @@ def test_a_scoped_image_write_lands_in_the_layer(tmp_path: Path, minilm: OnnxEmb
             receipt = await wait(serve, ack["structuredContent"]["receipt"], AGENT)
             assert receipt["state"] == "applied", receipt
             layer = serve.layers[0].serve
+            assert isinstance(layer, Serve)
             assert layer.service is not None and serve.service is not None
             held = [c for c in layer.service.session.index.graph.iter_concepts() if c.is_image]
             assert [c.content for c in held] == ["the shared logo [image:logo]"]

@@ -255,7 +255,7 @@ def test_the_configuration_refusals_name_what_is_missing(
             ConfigError,
             "configuration error: recall by query_vector needs client vectors, which this "
             "server does not accept; the operator enables them with [embedder] "
-            "accept_client_vectors = true. Recall by text instead",
+            "accept_client_vectors = true",
         ),
         (
             sqlite_session,

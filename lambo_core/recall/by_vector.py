@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..client_vectors import check_client_vector
-from ..embed.base import embeds_images
-from ..embed.loader import EmbedderLoading
-from ..errors import ConfigError, LamboError, ParameterError, StoreError
+from ..errors import ParameterError
 from ..image_input import ImageInput, check_image
+from ..vector_input import embed_image, refuse_unconfigured
 
 if TYPE_CHECKING:
     from ..model import Vector
@@ -67,56 +66,17 @@ def check_by_vector(
     if has_image and has_vector:
         raise ParameterError("send at most one of image, query_vector")
     what = "recall by image" if has_image else "recall by query_vector"
-    if has_image and "image" not in session.modalities:
-        raise _no_image_embedder(session)
-    if has_vector and not accept_client_vectors:
-        raise ConfigError(
-            f"{what} needs client vectors, which this server does not accept; the operator "
-            "enables them with [embedder] accept_client_vectors = true. Recall by text instead"
-        )
-    _check_vector_search(session, what)
+    refuse_unconfigured(
+        session,
+        what,
+        image=has_image,
+        vector=has_vector,
+        accept_client_vectors=accept_client_vectors,
+    )
     if has_image:
         return ByVector(BY_IMAGE, image=check_image("image", args["image"]))
     vector = check_client_vector("query_vector", args["query_vector"], session.contract)
     return ByVector(BY_VECTOR, vector=vector)
-
-
-def _no_image_embedder(session: Session) -> ConfigError:
-    what = "recall by image needs an embedder that embeds images"
-    problem = session.plan.problem
-    if problem is not None:
-        return ConfigError(
-            f"{what}, and this server's embedding model is not usable: {problem.message}"
-        )
-    if session.plan.lazy is None:
-        return ConfigError(
-            f'{what}; this server has none (match_strategy = "canonical" or embedder.kind = '
-            'none). Set match_strategy = "hybrid" with an image model as [embedder] model'
-        )
-    return ConfigError(
-        f"{what}; this server's embedder embeds text only. Recall by text, or configure an "
-        "image model (a two-tower model such as CLIP) as [embedder] model"
-    )
-
-
-def _check_vector_search(session: Session, what: str) -> None:
-    """The vector leg needs an embedding contract (match_strategy = "hybrid" with a model)
-    and a store that searches vectors."""
-    if session.plan.problem is not None:
-        raise ConfigError(
-            f"{what} needs the session's embedding model, which is not usable: "
-            f"{session.plan.problem.message}"
-        )
-    if session.plan.lazy is None:
-        raise ConfigError(
-            f"{what} needs vector search, and this server has no embedder (match_strategy = "
-            '"canonical" or embedder.kind = none); set [embedder] match_strategy = "hybrid"'
-        )
-    if not session.store.has_vector_search:
-        raise ConfigError(
-            f"{what} needs a store with vector search, and this session's store has none; "
-            'use [store] kind = "sqlite", "postgres" or "cockroach"'
-        )
 
 
 def search_vector(session: Session, by: ByVector, wait_s: float) -> Vector:
@@ -125,29 +85,5 @@ def search_vector(session: Session, by: ByVector, wait_s: float) -> Vector:
     image is an error (store error, the spec's class for an embedding failure)."""
     if by.vector is not None:
         return by.vector
-    image = by.image
-    assert image is not None
-    try:
-        embedder = session.embedder(wait_s)
-    except EmbedderLoading:
-        raise StoreError(
-            "recall by image: the embedding model is still loading, so the image was not "
-            "embedded and nothing was searched; retry shortly"
-        ) from None
-    if not embeds_images(embedder):  # the manifest said image; the loaded model must too
-        raise _no_image_embedder(session)
-    try:
-        rows = embedder.embed_images([image.data])
-    except ParameterError as exc:  # the model's own refusal of this image, by its field
-        raise ParameterError(exc.message.replace("images[0]", "image", 1)) from None
-    except LamboError:
-        raise
-    except Exception as exc:
-        # The exception's text is not logged: it could quote the bytes it failed on.
-        raise StoreError(
-            "the embedder failed on the image, so nothing was searched; the detail was logged",
-            detail=f"{type(exc).__name__} while embedding a {image.mime} image "
-            f"({image.width}x{image.height}, {len(image.data)} bytes)",
-        ) from None
-    vector: Vector = rows[0]
-    return vector
+    assert by.image is not None
+    return embed_image(session, by.image, wait_s, "recall by image")
