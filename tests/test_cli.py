@@ -127,11 +127,11 @@ def test_provision_migrates_a_postgres_store_once(pg_dsn: str) -> None:
     assert first.returncode == 0, first.stderr
     assert (
         first.stdout
-        == f"store {dsn_identity(pg_dsn)}: schema version 4 (applied migrations 1, 2, 3, 4)\n"
+        == f"store {dsn_identity(pg_dsn)}: schema version 5 (applied migrations 1, 2, 3, 4, 5)\n"
     )
     second = run("provision", env=env)
     assert second.returncode == 0, second.stderr
-    assert second.stdout == f"store {dsn_identity(pg_dsn)}: schema version 4, already current\n"
+    assert second.stdout == f"store {dsn_identity(pg_dsn)}: schema version 5, already current\n"
 
 
 def test_provision_and_config_show_never_print_a_dsn_password(

@@ -22,7 +22,7 @@ from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.store.migrations import migrate
 from lambo_core.writes import WritePipeline
-from lambo_core.writes import pipeline as pipeline_module
+from lambo_core.writes import admit as admit_module
 
 PLAN = EmbedderPlan(lazy=None, contract=None)
 S = ReceiptState
@@ -341,13 +341,13 @@ def test_submit_passes_the_layer_to_admission_only_on_a_shared_layer(
 ) -> None:
     seen: list[str | None] = []
     name = "admit_derive" if tool == "lambo_derive" else "admit_action"
-    real = getattr(pipeline_module, name)
+    real = getattr(admit_module, name)
 
     def spy(*args: Any, **kw: Any) -> Any:
         seen.append(kw["layer"])
         return real(*args, **kw)
 
-    monkeypatch.setattr(pipeline_module, name, spy)
+    monkeypatch.setattr(admit_module, name, spy)
     args = (
         derive_args("x")
         if tool == "lambo_derive"
