@@ -79,8 +79,15 @@ def check_types(tool: str, args: Mapping[str, Any]) -> None:
         _check_members(tool, "", args, schema)
 
 
+# Checked by their own tools only, after the configuration they need: a server that cannot
+# serve an image or a vector says so before anything of it is read (vector_input.py).
+_OWN_CHECKS = frozenset({"image", "vector", "query_vector"})
+
+
 def _check_members(tool: str, where: str, value: Mapping[str, Any], schema: Any) -> None:
     for name, member in schema.get("properties", {}).items():
+        if not where and name in _OWN_CHECKS:
+            continue
         if value.get(name) is not None:
             _check_type(tool, f"{where}{name}", value[name], member)
 

@@ -21,11 +21,12 @@ import numpy as np
 from .embed.base import EmbeddingContract
 from .errors import ParameterError
 from .image_input import DIGEST_CHARS
+from .limits import MAX_VECTOR_VALUES
 from .model import Vector
 from .session import describe_contract
 from .text import show_safely
 
-MAX_VALUES = 4096
+MAX_VALUES = MAX_VECTOR_VALUES
 _FIELDS = ("values", "contract")
 _CONTRACT_FIELDS = ("kind", "model", "dim")
 

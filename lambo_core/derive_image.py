@@ -30,11 +30,14 @@ from .admission import (
 from .args import check_arguments, check_list, check_scope, require
 from .call_scope import CallScope
 from .client_vectors import check_client_vector, vector_digest
+from .embed.base import EmbeddingContract
 from .embed.loader import read_model_facts, wants_embedder
 from .errors import LamboError, ParameterError, StoreError
 from .image_input import check_image
 from .index.graph import SessionGraph
+from .layer_paths import refuse_relative_in_derive
 from .model import ConceptType, Vector
+from .session import contracts_equal
 from .text import (
     MAX_STRING_BYTES,
     canonical_key,
@@ -125,6 +128,7 @@ class ImageCall:
     concept_type: ConceptType
     image_id: str
     vector: Vector  # unit float32
+    contract: EmbeddingContract  # the space the vector is in: the session's, when read
     source: str  # the image's mime, or CLIENT_SOURCE
     event_time: float | None
     pairs: list[dict[str, str]]
@@ -178,7 +182,10 @@ def read_image_call(session: Session, args: object, settings: ImageSettings) -> 
         event_time = parse_event_time("event_time", call["event_time"])
     pairs = _pairs(call.get("parent_of") or [], caption + image_suffix(image_id))
     check_scope(call.get("scope"), session.name, writing=True)
-    return ImageCall(agent_id, caption, ctype, image_id, vector, source, event_time, pairs)
+    return ImageCall(
+        agent_id, caption, ctype, image_id, vector, session.contract, source, event_time,
+        pairs,
+    )  # fmt: skip
 
 
 def _image_id(value: object) -> str | None:
@@ -225,9 +232,14 @@ def _pairs(raw: object, content: str) -> list[dict[str, str]]:
     return pairs
 
 
-def admit_derive_image(image_call: ImageCall, graph: SessionGraph) -> Admitted:
+def admit_derive_image(
+    image_call: ImageCall, graph: SessionGraph, *, layer: str | None = None
+) -> Admitted:
     """Name the call's parent_of ends against the graph (the caller holds the index lock)
-    and refuse a Hierarchical cycle; the payload the intent stores."""
+    and refuse a Hierarchical cycle; the payload the intent stores. ``layer`` names this
+    session when it is a shared layer: a bare relative path is refused, as on lambo_derive."""
+    if layer is not None:
+        refuse_relative_in_derive(layer, None, [], image_call.pairs)
     content = image_call.content
     scope = CallScope(graph, None)
     scope.place_own(content, image_call.concept_type)
@@ -245,6 +257,9 @@ def admit_derive_image(image_call: ImageCall, graph: SessionGraph) -> Admitted:
         "type": image_call.concept_type.value,
         "image_id": image_call.image_id,
         "source": image_call.source,
+        # checked against the session's when the call arrived, and again when it is applied
+        # (a replay under another model must not file this vector in the wrong space)
+        "contract": dict(image_call.contract),
         # float32 bytes in base64: exact, and a quarter of the JSON a list of floats takes
         "vector": base64.b64encode(vector.tobytes()).decode("ascii"),
         "parent_of": image_call.pairs,
@@ -260,9 +275,18 @@ def admit_derive_image(image_call: ImageCall, graph: SessionGraph) -> Admitted:
     )
 
 
-def payload_vector(payload: Mapping[str, Any], dim: int) -> Vector:
+def payload_vector(payload: Mapping[str, Any], contract: EmbeddingContract) -> Vector:
     """The unit vector a stored derive_image payload holds, or the store error its receipt
-    gives when it no longer fits (a payload this build cannot read is not applied)."""
+    gives when it is not in the session's embedding space any more (a replay under another
+    model) or cannot be read (a payload this build cannot apply is not applied)."""
+    stored = payload.get("contract")
+    if not isinstance(stored, dict) or not contracts_equal(stored, dict(contract)):
+        raise StoreError(
+            "this image's vector was checked against another embedding contract than the "
+            "session's now; re-check the session's embedding contract (lambo_stats) and send "
+            "it again; nothing was written"
+        )
+    dim = int(contract["dim"])
     try:
         raw = base64.b64decode(str(payload["vector"]), validate=True)
         vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)

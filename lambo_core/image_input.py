@@ -20,15 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import ParameterError
+from .limits import MAX_BASE64_CHARS, MAX_IMAGE_BYTES, MAX_IMAGE_SIDE
 from .text import show_safely
 
 if TYPE_CHECKING:
     from PIL import ImageFile
 
 MIMES = ("image/png", "image/jpeg", "image/webp")
-MAX_IMAGE_BYTES = 2 * 1024 * 1024  # 2 MiB decoded
-MAX_BASE64_CHARS = 2_796_204  # 4 * ceil(MAX_IMAGE_BYTES / 3): the longest padded encoding
-MAX_SIDE = 4096  # pixels
+MAX_SIDE = MAX_IMAGE_SIDE  # pixels
 # The default image id is this many hex characters of the bytes' sha256 (64 bits): the
 # spec's caption limits ("16,359 with the default id") are written for a 16-character id,
 # and client_vectors.vector_digest gives a normalized vector's id at the same length.

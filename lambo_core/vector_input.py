@@ -88,8 +88,13 @@ def embed_image(session: Session, image: ImageInput, wait_s: float, what: str) -
         rows = embedder.embed_images([image.data])
     except ParameterError as exc:  # the model's own refusal of this image, by its field
         raise ParameterError(exc.message.replace("images[0]", "image", 1)) from None
-    except LamboError:
+    except ConfigError:
         raise
+    except LamboError as exc:  # the model failed on it (its own words are logged, not shown)
+        raise StoreError(
+            f"{what}: the embedder failed on the image; the detail was logged",
+            detail=exc.detail or exc.message,
+        ) from None
     except Exception as exc:
         # The exception's text is not logged: it could quote the bytes it failed on.
         raise StoreError(

@@ -6,6 +6,7 @@ the session's contract; a real SQLite file holds the session.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -355,5 +356,54 @@ def test_a_scoped_image_write_lands_in_the_layer(tmp_path: Path, minilm: OnnxEmb
             held = [c for c in layer.service.session.index.graph.iter_concepts() if c.is_image]
             assert [c.content for c in held] == ["the shared logo [image:logo]"]
             assert not any(c.is_image for c in serve.service.session.index.graph.iter_concepts())
+            # into a layer, a bare relative path in parent_of is refused, as on lambo_derive
+            pathy = await serve(
+                "lambo_derive_image",
+                {
+                    "agent_id": AGENT,
+                    "caption": "the module map",
+                    "concept_type": "resource",
+                    "vector": {"values": values, "contract": contract},
+                    "parent_of": [{"parent": "src/main.rs", "child": "the module map"}],
+                    "scope": "general",
+                },
+            )
+            assert pathy["isError"], pathy
+            assert "parent_of[0].parent" in pathy["content"][0]["text"]
+            assert "relative path" in pathy["content"][0]["text"]
 
     anyio.run(main)
+
+
+def test_a_stored_vector_from_another_contract_is_not_applied() -> None:
+    """A derive_image intent replayed under another model of the same width is refused on
+    its receipt rather than filing its vector in the wrong space."""
+    from lambo_core.derive_image import payload_vector
+    from lambo_core.errors import StoreError
+
+    vector = np.ones(4, dtype="<f4") / 2.0
+    payload = {
+        "vector": base64.b64encode(vector.tobytes()).decode("ascii"),
+        "contract": {"kind": "onnx", "model": "old", "dim": 4},
+    }
+    assert np.allclose(payload_vector(payload, {"kind": "onnx", "model": "old", "dim": 4}), 0.5)
+    with pytest.raises(StoreError, match="another embedding contract than the session's now"):
+        payload_vector(payload, {"kind": "onnx", "model": "new", "dim": 4})
+    with pytest.raises(StoreError, match="does not fit the session's embedding contract"):
+        payload_vector({**payload, "vector": "AAAA"}, {"kind": "onnx", "model": "old", "dim": 4})
+
+
+def test_the_configuration_error_comes_before_the_payload_is_read(
+    tmp_path: Path, minilm: OnnxEmbedder
+) -> None:
+    off = _service(tmp_path / "off", minilm)
+    try:
+        bad = {"values": ["x"], "contract": {"kind": 1, "model": [], "dim": "384"}}
+        for tool, field in (("lambo_derive_image", "vector"), ("lambo_recall", "query_vector")):
+            args: dict[str, Any] = {"agent_id": AGENT, field: bad}
+            if tool == "lambo_derive_image":
+                args.update(caption="a photo", concept_type="entity")
+            result = call(off, tool, **args)
+            assert result.texts[0].startswith("configuration error:"), result.texts
+    finally:
+        off.pipeline.close()

@@ -375,3 +375,26 @@ def test_a_text_model_plan_still_says_text(tmp_path: Path) -> None:
     assert not embeds_images(plan.lazy.get())
     assert EmbedderPlan(lazy=None, contract=None).modalities == ["text"]
     assert Session.open(SqliteStore(tmp_path / "x.db"), "s", plan).modalities == ["text"]
+
+
+def test_a_long_thin_image_resamples_only_what_the_crop_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """4096x1 under CLIP's 224 shortest edge would resize to 917504x224 (616 MB of RGB):
+    only the cropped region is resampled, and it matches the whole resize's crop to one
+    8-bit level; without a crop such an image is refused."""
+    from lambo_core.embed import preprocess
+
+    steps = ImagePreprocess(True, 224, 3, (224, 224), 1 / 255, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    thin = Image.new("RGB", (4096, 1), (200, 10, 10))
+    assert steps.pixels(thin).shape == (3, 224, 224)
+    rng = np.random.default_rng(1)
+    noise = Image.fromarray(rng.integers(0, 256, (300, 700, 3), dtype=np.uint8), "RGB")
+    exact = steps.pixels(noise)
+    monkeypatch.setattr(preprocess, "MAX_RESIZED_PIXELS", 0)  # every resize takes the box
+    boxed = steps.pixels(noise)
+    assert boxed.shape == exact.shape
+    assert float(np.abs(boxed - exact).max()) <= 2 / 255 + 1e-6  # one level, std 0.5
+    uncropped = ImagePreprocess(True, 224, 3, None, 1 / 255, None, None)
+    with pytest.raises(ParameterError, match="image is 700x300 pixels, which this model"):
+        uncropped.pixels(noise)

@@ -22,12 +22,11 @@ from PIL import Image
 from lambo_core.errors import ParameterError
 from lambo_core.image_input import (
     DIGEST_CHARS,
-    MAX_BASE64_CHARS,
-    MAX_IMAGE_BYTES,
     MAX_SIDE,
     ImageInput,
     check_image,
 )
+from lambo_core.limits import MAX_BASE64_CHARS, MAX_IMAGE_BYTES
 
 IMAGE_ID = re.compile(r"^[a-z0-9]{1,64}$")
 

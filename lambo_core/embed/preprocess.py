@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError, ParameterError
+from ..limits import MAX_IMAGE_SIDE
 from ..text import show_safely
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ PREPROCESSOR_FILE = "preprocessor_config.json"
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 # The embedder's own bound on what it decodes (image_input.check_image, which callers run
 # first, holds images to the spec's 4096 pixels a side): no decompression bomb gets in.
-MAX_DECODE_SIDE = 4096
+MAX_DECODE_SIDE = MAX_IMAGE_SIDE  # the embedder guards itself as check_image does
+#: The most pixels a whole resize may make; past it only what the crop keeps is resampled.
+MAX_RESIZED_PIXELS = 4096 * 4096
 FORMATS = ("PNG", "JPEG", "WEBP")
 
 # CLIPImageProcessor's defaults (OpenAI's CLIP statistics), for fields a file leaves out.
@@ -136,11 +139,11 @@ class ImagePreprocess:
                 "only (its preprocessor_config.json has do_convert_rgb false)"
             )
         if self.shortest_edge is not None:
-            image = image.resize(
-                resize_size(image.width, image.height, self.shortest_edge),
-                resample=self.resample,
-                reducing_gap=None,
-            )
+            size = resize_size(image.width, image.height, self.shortest_edge)
+            if size[0] * size[1] <= MAX_RESIZED_PIXELS:
+                image = image.resize(size, resample=self.resample, reducing_gap=None)
+            else:
+                image = self._resize_kept(image, size, field)
         array = np.asarray(image)  # [H, W, 3] uint8
         if self.crop is not None:
             array = center_crop(array, *self.crop)
@@ -153,6 +156,23 @@ class ImagePreprocess:
             std = np.asarray(self.std, dtype=np.float32)
             result = ((result - mean) / std).astype(np.float32)
         return np.ascontiguousarray(result.transpose(2, 0, 1))
+
+    def _resize_kept(self, image: Image.Image, size: tuple[int, int], field: str) -> Image.Image:
+        """The resize of an image so long and thin that its whole resize would not fit in
+        memory (4096x1 under a 224 shortest edge is 917504x224): only the region the center
+        crop keeps is resampled, Pillow's ``box``, so the pixels are those of the crop.
+        Without a crop nothing bounds the tensor, so such an image is refused."""
+        if self.crop is None:
+            raise ParameterError(
+                f"{field} is {image.width}x{image.height} pixels, which this model's resize "
+                f"would make {size[0]}x{size[1]}; send an image nearer to square"
+            )
+        height, width = self.crop
+        kept_w, kept_h = min(width, size[0]), min(height, size[1])
+        left, top = (size[0] - kept_w) // 2, (size[1] - kept_h) // 2
+        sx, sy = image.width / size[0], image.height / size[1]
+        box = (left * sx, top * sy, (left + kept_w) * sx, (top + kept_h) * sy)
+        return image.resize((kept_w, kept_h), resample=self.resample, box=box, reducing_gap=None)
 
     @property
     def fixed_size(self) -> tuple[int, int] | None:

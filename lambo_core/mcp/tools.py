@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..limits import MAX_BASE64_CHARS, MAX_VECTOR_VALUES
 from ..model import ConceptType
 
 STRING = 16_384  # characters; the real cap is 16 KB of UTF-8, checked by lambo
@@ -43,45 +44,6 @@ _EVENT_TIME = {
 }
 
 
-IMAGE_DATA_CHARS = 2_796_204  # base64 of 2 MiB
-VECTOR_VALUES = 4096
-
-_IMAGE_INPUT = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["mime", "data"],
-    "properties": {
-        "mime": {"type": "string", "enum": ["image/png", "image/jpeg", "image/webp"]},
-        "data": {
-            "type": "string",
-            "maxLength": IMAGE_DATA_CHARS,
-            "description": "The image bytes in standard, padded base64 on one line, with no "
-            "data: prefix: at most 2 MiB decoded and 4096 pixels a side.",
-        },
-    },
-}
-_CONTRACT = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["kind", "model", "dim"],
-    "properties": {
-        "kind": {"type": "string"},
-        "model": {"type": ["string", "null"]},
-        "dim": {"type": "integer", "minimum": 1, "maximum": VECTOR_VALUES},
-    },
-    "description": "The session's embedding_contract from lambo_stats, exactly.",
-}
-_VECTOR_INPUT = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["values", "contract"],
-    "properties": {
-        "values": {"type": "array", "maxItems": VECTOR_VALUES, "items": {"type": "number"}},
-        "contract": _CONTRACT,
-    },
-}
-
-
 def _refs(max_items: int, what: str) -> dict[str, Any]:
     return {
         "type": "array",
@@ -108,7 +70,7 @@ IMAGE = _object(
         "mime": {"type": "string", "enum": ["image/png", "image/jpeg", "image/webp"]},
         "data": {
             "type": "string",
-            "maxLength": 2_796_204,
+            "maxLength": MAX_BASE64_CHARS,
             "pattern": "^[A-Za-z0-9+/]*={0,2}$",
             "description": "The image's bytes in standard base64, padded, on one line, "
             "without a data: prefix: at most 2 MiB decoded and 4096 pixels a side.",
@@ -120,13 +82,18 @@ IMAGE = _object(
 CLIENT_VECTOR = _object(
     ["values", "contract"],
     {
-        "values": {"type": "array", "minItems": 1, "maxItems": 4096, "items": {"type": "number"}},
+        "values": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_VECTOR_VALUES,
+            "items": {"type": "number"},
+        },
         "contract": _object(
             ["kind", "model", "dim"],
             {
                 "kind": {"type": "string", "maxLength": 64},
                 "model": {"type": ["string", "null"], "maxLength": STRING},
-                "dim": {"type": "integer", "minimum": 1},
+                "dim": {"type": "integer", "minimum": 1, "maximum": MAX_VECTOR_VALUES},
             },
         ),
     },
@@ -221,13 +188,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             },
             "image_id": {
                 "type": "string",
+                "maxLength": 64,
                 "pattern": "^[a-z0-9]{1,64}$",
                 "description": "Your id for the image; omit it for one made from a digest of "
                 "the image or vector.",
             },
-            "image": {**_IMAGE_INPUT, "description": "The image, which the server embeds."},
+            "image": {**IMAGE, "description": "The image, which the server embeds."},
             "vector": {
-                **_VECTOR_INPUT,
+                **CLIENT_VECTOR,
                 "description": "A vector you computed for the image, in the session's "
                 "embedding space (accepted only where the operator enabled client vectors).",
             },

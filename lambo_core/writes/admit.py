@@ -35,7 +35,7 @@ def admit_write(
     if tool == IMAGE_TOOL:
         if image_call is None:  # pragma: no cover - the service reads the call first
             raise ParameterError("lambo_derive_image was not read before admission")
-        return admit_derive_image(image_call, graph)
+        return admit_derive_image(image_call, graph, layer=layer)
     if tool == FORGET_TOOL:  # an admin write: ordered with the others (writes/forget.py)
         return admit_forget(args, graph)
     raise ValueError(f"not a write tool: {tool}")  # pragma: no cover - service routes

@@ -100,7 +100,8 @@ def plan_write(
     interaction = Interaction(new_id(), session.name, intent.agent_id, kind, now, about, summary)
     plan = Plan(batch=WriteBatch(session=session.name, interaction=interaction))
     # The vectors came from the loaded embedder: its threshold is the one they merge by.
-    threshold = session.embedder(0).merge_threshold if vectors is not None else None
+    # (an image write with no parent_of has no texts, and merges nothing: no model needed)
+    threshold = session.embedder(0).merge_threshold if vectors else None
     builder = Builder(session, plan, intent.agent_id, now, about, interaction.id, threshold)
     builder.scope_to(payload.get("repo_scope"))
     if payload["kind"] == "derive":
@@ -525,7 +526,7 @@ class Builder:
             node = existing.node_id
             self._matched(node)
         else:
-            vector = payload_vector(payload, self.session.contract["dim"])
+            vector = payload_vector(payload, self.session.contract)
             node = self._create(
                 content, canonical_key(content), ctype, vector, source=payload["source"]
             )

@@ -110,8 +110,10 @@ class WriteEmbedding:
                 raise prepared.failure
             if prepared.vectors is not None:
                 return prepared.vectors
-        embedder = self._embedder()
         texts = texts_to_embed(payload)
+        if not texts:  # an image write with no parent_of: its vector came with it
+            return []
+        embedder = self._embedder()
         try:
             matrix = embedder.embed(texts)
         except LamboError:

@@ -54,7 +54,7 @@ from lambo_core.mcp import tools
 tools.DESCRIPTIONS["lambo_future"] = "a tool only a newer lambo serves"
 tools.SCHEMAS["lambo_future"] = {"type": "object", "properties": {}}
 _names = serve.tool_names
-serve.tool_names = lambda: [*_names(), "lambo_future"]
+serve.tool_names = lambda *args: [*_names(*args), "lambo_future"]
 """
 
 

@@ -151,3 +151,42 @@ def test_a_generated_png_is_found_by_a_text_query_and_by_a_similar_image(
             assert data_of(red) not in by_image["context"]
 
     anyio.run(scenario)
+
+
+def test_a_second_serve_forwards_an_image_write_to_the_hub(served_home: Path) -> None:
+    """Two serves of one session: the second lists lambo_derive_image as the first does and
+    forwards the call to the hub, whose writer applies it."""
+    enable_client_vectors(served_home)
+    vector = unit(np.random.default_rng(5).standard_normal(384))
+
+    async def scenario() -> None:
+        async with Client(stdio_params(served_home, "shared")) as hub:
+            first = body(await hub.call_tool("lambo_stats", {"agent_id": AGENT}))
+            async with Client(stdio_params(served_home, "shared")) as second:
+                tools = [t.name for t in (await second.list_tools()).tools]
+                assert "lambo_derive_image" in tools
+                contract = first["embedding_contract"]
+                ack = body(
+                    await second.call_tool(
+                        "lambo_derive_image",
+                        {
+                            "agent_id": AGENT,
+                            "caption": "forwarded photo",
+                            "concept_type": "entity",
+                            "image_id": "f1",
+                            "vector": {"values": vector, "contract": contract},
+                        },
+                    )
+                )
+                await wait_applied(second, ack)
+                stats = body(await second.call_tool("lambo_stats", {"agent_id": AGENT}))
+                assert stats["holder_pid"] == first["holder_pid"]  # applied by the hub
+            found = body(
+                await hub.call_tool(
+                    "lambo_recall",
+                    {"agent_id": AGENT, "query_vector": {"values": vector, "contract": contract}},
+                )
+            )
+            assert hit_contents(found)[0] == "forwarded photo [image:f1]"
+
+    anyio.run(scenario)
