@@ -62,6 +62,19 @@ def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# lambo_derive's and lambo_derive_image's parent_of: (parent, child) pairs of concept texts.
+_PARENT_OF = {
+    "type": "array",
+    "maxItems": 256,
+    "items": _object(
+        ["parent", "child"],
+        {
+            "parent": {"type": "string", "minLength": 1, "maxLength": STRING},
+            "child": {"type": "string", "minLength": 1, "maxLength": STRING},
+        },
+    ),
+}
+
 # An inline image (spec: lambo_derive_image's image row, Limits). The pattern is the strict
 # base64 lambo checks (image_input.py), which names the exact rule a bad value breaks.
 IMAGE = _object(
@@ -157,17 +170,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 ),
             },
             "event_time": _EVENT_TIME,
-            "parent_of": {
-                "type": "array",
-                "maxItems": 256,
-                "items": _object(
-                    ["parent", "child"],
-                    {
-                        "parent": {"type": "string", "minLength": 1, "maxLength": STRING},
-                        "child": {"type": "string", "minLength": 1, "maxLength": STRING},
-                    },
-                ),
-            },
+            "parent_of": _PARENT_OF,
             "scope": _SCOPE,
             "repo_scope": _REPO_SCOPE,
         },
@@ -200,17 +203,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                 "embedding space (accepted only where the operator enabled client vectors).",
             },
             "event_time": _EVENT_TIME,
-            "parent_of": {
-                "type": "array",
-                "maxItems": 256,
-                "items": _object(
-                    ["parent", "child"],
-                    {
-                        "parent": {"type": "string", "minLength": 1, "maxLength": STRING},
-                        "child": {"type": "string", "minLength": 1, "maxLength": STRING},
-                    },
-                ),
-            },
+            "parent_of": _PARENT_OF,
             "scope": _SCOPE,
         },
     ),
