@@ -18,23 +18,28 @@ import argparse
 import base64
 import io
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
-import numpy as np
+# Run as a script, tests/bench is sys.path[0] and its http.py would shadow the standard
+# library's; the checkout's root instead (as embed_batch.py does).
+sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from lambo_core.config import load_config
-from lambo_core.embed.loader import open_embedder
-from lambo_core.embed.onnx import OnnxEmbedder
-from lambo_core.image_input import check_image
-from lambo_core.service import MemoryService
-from lambo_core.session import EmbedderPlan, Session
-from lambo_core.store import SqliteStore
-from lambo_core.writes import WritePipeline
+import anyio  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lambo_core.config import load_config  # noqa: E402
+from lambo_core.embed.loader import open_embedder  # noqa: E402
+from lambo_core.embed.onnx import OnnxEmbedder  # noqa: E402
+from lambo_core.image_input import check_image  # noqa: E402
+from lambo_core.service import MemoryService  # noqa: E402
+from lambo_core.session import EmbedderPlan, Session  # noqa: E402
+from lambo_core.store import SqliteStore  # noqa: E402
+from lambo_core.writes import WritePipeline  # noqa: E402
 
 
 def _encode(array: np.ndarray, fmt: str) -> bytes:
