@@ -167,10 +167,9 @@ def read_image_call(session: Session, args: object, settings: ImageSettings) -> 
         vector=has_vector,
         accept_client_vectors=settings.accept_client_vectors,
     )
-    if has_image:
-        image = check_image("image", call["image"])
+    image = check_image("image", call["image"]) if has_image else None
+    if image is not None:
         digest, source = image.digest(), image.mime
-        vector = embed_image(session, image, settings.model_wait_s, TOOL)
     else:
         vector = check_client_vector("vector", call["vector"], session.contract)
         digest, source = vector_digest(vector), CLIENT_SOURCE
@@ -182,6 +181,8 @@ def read_image_call(session: Session, args: object, settings: ImageSettings) -> 
         event_time = parse_event_time("event_time", call["event_time"])
     pairs = _pairs(call.get("parent_of") or [], caption + image_suffix(image_id))
     check_scope(call.get("scope"), session.name, writing=True)
+    if image is not None:  # last: the model runs only for a call that passed every check
+        vector = embed_image(session, image, settings.model_wait_s, TOOL)
     return ImageCall(
         agent_id, caption, ctype, image_id, vector, session.contract, source, event_time,
         pairs,
