@@ -63,7 +63,8 @@ KEYS: tuple[Key, ...] = (
         "embedder",
         "model",
         "bge-m3",
-        "a catalog name (bge-m3, minilm), a name given to `lambo model import`, or a directory",
+        "a catalog name (bge-m3, minilm, clip-vit-b32), a name given to `lambo model import`, "
+        "or a directory",
         env="LAMBO_EMBEDDER_MODEL",
     ),
     Key(

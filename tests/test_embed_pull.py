@@ -391,7 +391,7 @@ def test_cli_pull_list_verify(
     code, out, _ = _invoke("list")
     assert code == 0
     assert "tiny" in out and "float" in out and "catalog" in out
-    assert '{"kind": "onnx", "model": "tiny", "dim": 8}' in out
+    assert '{"kind": "onnx", "model": "tiny", "dim": 8}  embeds text\n' in out
 
     code, out, _ = _invoke("verify", "tiny")
     assert code == 0

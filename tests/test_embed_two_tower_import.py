@@ -272,7 +272,7 @@ def test_the_clip_catalog_entry_pulls_and_loads(
     assert vectors.shape == (1, 512)
     np.testing.assert_allclose(np.linalg.norm(vectors), 1.0, atol=1e-5)
     code, out, _ = _invoke("list")
-    assert '{"kind": "onnx", "model": "clip-vit-b32", "dim": 512}' in out
+    assert '{"kind": "onnx", "model": "clip-vit-b32", "dim": 512}  embeds text, image' in out
 
 
 def test_the_clip_entry_is_exact() -> None:

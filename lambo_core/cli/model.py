@@ -172,7 +172,7 @@ def use_cmd(ctx: click.Context, name: str) -> None:
 @click.pass_context
 @reports_errors
 def list_cmd(ctx: click.Context) -> None:
-    """Installed models with their size and embedding contract."""
+    """Installed models with their size, embedding contract and what they embed."""
     from ..embed.installed import list_models
 
     config = root_config(ctx)
@@ -191,7 +191,7 @@ def list_cmd(ctx: click.Context) -> None:
             continue
         click.echo(
             f"{mark} {m.name}  {human_size(m.size)}  {m.quantization}  {m.source}  "
-            f"contract {json.dumps(m.contract)}"
+            f"contract {json.dumps(m.contract)}  embeds {', '.join(m.modalities)}"
         )
 
 

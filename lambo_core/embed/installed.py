@@ -41,6 +41,7 @@ class InstalledModel:
     quantization: str
     source: str  # "catalog" | "import"
     problem: str | None = None
+    modalities: tuple[str, ...] = ("text",)  # what it embeds: text, or text and images
 
 
 def _dir_size(path: Path) -> int:
@@ -70,6 +71,7 @@ def list_models(models_dir: Path) -> list[InstalledModel]:
                 manifest.contract(),
                 manifest.quantization,
                 str(manifest.source.get("kind", "?")),
+                modalities=tuple(manifest.modalities),
             )
         )
     return found
