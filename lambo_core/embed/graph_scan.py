@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
+
 # Ops that mean real int8 arithmetic (activations quantized at run time) versus
 # int8 storage that is turned back into float before a float MatMul.
 _INT8_COMPUTE_OPS = frozenset(
@@ -117,3 +119,19 @@ def scan_onnx(path: Path) -> GraphScan:
                             if entry.get(1) == "location" and 2 in entry:
                                 external.add(entry[2])
     return GraphScan(ops, int8, frozenset(external))
+
+
+def scan_local_model(path: Path, where: str) -> GraphScan:
+    """``scan_onnx`` of a graph an import reads from ``where``: refused when it is not ONNX,
+    or when it keeps weights in a file that is not beside it inside the directory."""
+    try:
+        scan = scan_onnx(path)
+    except (OSError, ValueError, IndexError) as exc:
+        raise ConfigError(
+            f"{path.name} in {where} is not an ONNX model", detail=repr(exc)
+        ) from None
+    for location in sorted(scan.external_data):
+        extra = path.parent / location
+        if ".." in Path(location).parts or Path(location).is_absolute() or not extra.is_file():
+            raise ConfigError(f"{path.name} keeps weights in {location}, which is not in {where}")
+    return scan

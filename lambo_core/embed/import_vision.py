@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .graph_scan import scan_onnx
+from .graph_scan import scan_local_model
 from .infer import Inferred, read_json
 from .preprocess import PREPROCESSOR_FILE, RESAMPLE, ImagePreprocess, read_preprocessor
 
@@ -131,18 +131,7 @@ def plan_vision(root: Path, vision_path: Path, text_dim: int, where: str) -> Vis
     """Read the vision graph and the preprocessing; refuse towers that do not share a space."""
     preprocessor_path = _preprocessor(root, vision_path, where)
     read = read_preprocessor(read_json(preprocessor_path), _rel(root, preprocessor_path))
-    try:
-        scan = scan_onnx(vision_path)
-    except (OSError, ValueError, IndexError) as exc:
-        raise ConfigError(
-            f"{vision_path.name} in {where} is not an ONNX model", detail=repr(exc)
-        ) from None
-    for location in sorted(scan.external_data):
-        extra = vision_path.parent / location
-        if ".." in Path(location).parts or Path(location).is_absolute() or not extra.is_file():
-            raise ConfigError(
-                f"{vision_path.name} keeps weights in {location}, which is not in {where}"
-            )
+    scan = scan_local_model(vision_path, where)
     session = _session(vision_path, where)
     inputs = [i for i in session.get_inputs()]
     if len(inputs) != 1 or len(inputs[0].shape or []) != 4:

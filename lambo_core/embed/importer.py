@@ -30,7 +30,7 @@ from ..errors import ConfigError, ParameterError
 from ..text import show_safely
 from .base import embeds_images
 from .catalog import CATALOG
-from .graph_scan import GraphScan, scan_onnx
+from .graph_scan import GraphScan, scan_local_model
 from .import_vision import VisionPlan, find_towers, plan_vision
 from .infer import Inferred, infer_max_length, infer_normalize, infer_pad, infer_pooling, read_json
 from .install_dir import copy_hashing, exclusive, install_dir
@@ -183,18 +183,7 @@ def _open_source(
         raise ConfigError(
             f"{tokenizer_path.name} in {where} is not a tokenizers JSON file", detail=repr(exc)
         ) from None
-    try:
-        scan = scan_onnx(model_path)
-    except (OSError, ValueError, IndexError) as exc:
-        raise ConfigError(
-            f"{model_path.name} in {where} is not an ONNX model", detail=repr(exc)
-        ) from None
-    for location in sorted(scan.external_data):
-        extra = model_path.parent / location
-        if ".." in Path(location).parts or Path(location).is_absolute() or not extra.is_file():
-            raise ConfigError(
-                f"{model_path.name} keeps weights in {location}, which is not in {where}"
-            )
+    scan = scan_local_model(model_path, where)
     return _Source(
         root, model_path, tokenizer_path, tokenizer_json, tokenizer, scan, where, vision_path
     )
