@@ -223,16 +223,7 @@ def admit_derive(
             f"at most {MAX_REFS_PER_CALL} per call are accepted"
         )
 
-    pairs: list[dict[str, str]] = []
-    for i, raw in enumerate(raw_pairs):
-        where = f"parent_of[{i}]."
-        pair = check_arguments("lambo_derive", raw, PARENT_OF_ARGS, where=where)
-        parent = check_string(f"{where}parent", require(pair, "parent", where=where))
-        child = check_string(f"{where}child", require(pair, "child", where=where))
-        # An end may name an image concept by its content (spec: "Referring to an image").
-        check_image_reference(f"{where}parent", parent)
-        check_image_reference(f"{where}child", child)
-        pairs.append({"parent": parent, "child": child})
+    pairs = read_pairs("lambo_derive", raw_pairs)
 
     if embeds:
         _check_embedding_text(concepts, pairs)
@@ -259,6 +250,22 @@ def admit_derive(
             repo,
         ),
     )
+
+
+def read_pairs(tool: str, raw_pairs: list[Any]) -> list[dict[str, str]]:
+    """A write's parent_of entries (already a bounded list), each ``{parent, child}``
+    checked; an end may name an image concept by its content (spec: "Referring to an
+    image concept")."""
+    pairs: list[dict[str, str]] = []
+    for i, raw in enumerate(raw_pairs):
+        where = f"parent_of[{i}]."
+        pair = check_arguments(tool, raw, PARENT_OF_ARGS, where=where)
+        parent = check_string(f"{where}parent", require(pair, "parent", where=where))
+        child = check_string(f"{where}child", require(pair, "child", where=where))
+        check_image_reference(f"{where}parent", parent)
+        check_image_reference(f"{where}child", child)
+        pairs.append({"parent": parent, "child": child})
+    return pairs
 
 
 def call_text(contents: list[str]) -> str:

@@ -26,6 +26,7 @@ from .admission import (
     PARENT_OF_ARGS,
     Admitted,
     check_hierarchy_acyclic,
+    read_pairs,
 )
 from .args import check_arguments, check_list, check_scope, require
 from .call_scope import CallScope
@@ -43,7 +44,6 @@ from .text import (
     canonical_key,
     check_agent_id,
     check_concept_type,
-    check_image_reference,
     check_string,
     has_image_suffix,
     parse_event_time,
@@ -212,24 +212,17 @@ def _check_caption_size(caption: str, image_id: str) -> None:
 
 
 def _pairs(raw: object, content: str) -> list[dict[str, str]]:
-    """parent_of, as lambo_derive's: each end may name an image concept by its content.
-    Each end, framed with the image's content, must fit the embedding-text limit."""
-    pairs: list[dict[str, str]] = []
-    for i, item in enumerate(check_list("parent_of", raw, MAX_PARENT_OF_PAIRS, what="pairs")):
-        where = f"parent_of[{i}]."
-        pair = check_arguments(TOOL, item, PARENT_OF_ARGS, where=where)
-        ends: dict[str, str] = {}
+    """parent_of, read as lambo_derive's; each end, framed with the image's content, must
+    fit the embedding-text limit."""
+    pairs = read_pairs(TOOL, check_list("parent_of", raw, MAX_PARENT_OF_PAIRS, what="pairs"))
+    for i, pair in enumerate(pairs):
         for end in PARENT_OF_ARGS:
-            text = check_string(f"{where}{end}", require(pair, end, where=where))
-            check_image_reference(f"{where}{end}", text)
-            framed = len(f"{text}{FRAME_SEPARATOR}{content}".encode())
+            framed = len(f"{pair[end]}{FRAME_SEPARATOR}{content}".encode())
             if framed > MAX_STRING_BYTES:
                 raise ParameterError(
-                    f"{where}{end} framed with the image's content is {framed} bytes; the "
-                    f"embedding-text limit is {MAX_STRING_BYTES} bytes; shorten it"
+                    f"parent_of[{i}].{end} framed with the image's content is {framed} bytes; "
+                    f"the embedding-text limit is {MAX_STRING_BYTES} bytes; shorten it"
                 )
-            ends[end] = text
-        pairs.append(ends)
     return pairs
 
 
