@@ -39,6 +39,20 @@ async def wait_applied(client: Client, ack: dict[str, Any]) -> dict[str, Any]:
     return receipt
 
 
+async def derive_image(
+    client: Client, caption: str, image_id: str, **image_or_vector: Any
+) -> dict[str, Any]:
+    """One resource image derived as AGENT (``image=`` or ``vector=``); its applied receipt."""
+    arguments = {
+        "agent_id": AGENT,
+        "caption": caption,
+        "concept_type": "resource",
+        "image_id": image_id,
+        **image_or_vector,
+    }
+    return await wait_applied(client, body(await client.call_tool("lambo_derive_image", arguments)))
+
+
 def unit(v: np.ndarray) -> list[float]:
     return [float(x) for x in v / np.linalg.norm(v)]
 
@@ -63,19 +77,8 @@ def test_three_images_by_vector_are_recalled_by_a_nearby_vector_and_by_words(
             contract = stats["embedding_contract"]
             assert stats["embedding_modalities"] == ["text"]
             for i, (caption, vector) in enumerate(zip(captions, vectors, strict=True)):
-                ack = body(
-                    await client.call_tool(
-                        "lambo_derive_image",
-                        {
-                            "agent_id": AGENT,
-                            "caption": caption,
-                            "concept_type": "resource",
-                            "image_id": f"w{i}",
-                            "vector": {"values": unit(vector), "contract": contract},
-                        },
-                    )
-                )
-                await wait_applied(client, ack)
+                vector_of = {"values": unit(vector), "contract": contract}
+                await derive_image(client, caption, f"w{i}", vector=vector_of)
             for i, (caption, vector) in enumerate(zip(captions, vectors, strict=True)):
                 content = f"{caption} [image:w{i}]"
                 nearby = vector + 0.2 * rng.standard_normal(384)
@@ -122,19 +125,8 @@ def test_a_generated_png_is_found_by_a_text_query_and_by_a_similar_image(
                 ("product one", "p1", red),
                 ("product two", "p2", blue),
             ):
-                ack = body(
-                    await client.call_tool(
-                        "lambo_derive_image",
-                        {
-                            "agent_id": AGENT,
-                            "caption": caption,
-                            "concept_type": "resource",
-                            "image_id": image_id,
-                            "image": {"mime": "image/png", "data": data_of(image)},
-                        },
-                    )
-                )
-                await wait_applied(client, ack)
+                image_of = {"mime": "image/png", "data": data_of(image)}
+                await derive_image(client, caption, image_id, image=image_of)
             # "crimson" is in neither caption: only the vector leg can find the red image.
             by_text = body(
                 await client.call_tool("lambo_recall", {"agent_id": AGENT, "query": "crimson"})
@@ -166,19 +158,8 @@ def test_a_second_serve_forwards_an_image_write_to_the_hub(served_home: Path) ->
                 tools = [t.name for t in (await second.list_tools()).tools]
                 assert "lambo_derive_image" in tools
                 contract = first["embedding_contract"]
-                ack = body(
-                    await second.call_tool(
-                        "lambo_derive_image",
-                        {
-                            "agent_id": AGENT,
-                            "caption": "forwarded photo",
-                            "concept_type": "entity",
-                            "image_id": "f1",
-                            "vector": {"values": vector, "contract": contract},
-                        },
-                    )
-                )
-                await wait_applied(second, ack)
+                forwarded = {"values": vector, "contract": contract}
+                await derive_image(second, "forwarded photo", "f1", vector=forwarded)
                 stats = body(await second.call_tool("lambo_stats", {"agent_id": AGENT}))
                 assert stats["holder_pid"] == first["holder_pid"]  # applied by the hub
             found = body(
