@@ -1,0 +1,184 @@
+"""What one ledger line holds: a call, a write's completion, or a heartbeat.
+
+Each line is built from what the call already answered (its arguments and its
+structuredContent), never from what it refused: a refused call's line says only the tool,
+the agent (when its id is valid), the time and that it was an error. No line carries an
+image, a vector's values, a credential or a refused payload; a recall by image or vector
+says only ``by``. Spec: lambo_recall ("With --ledger ..."), lambo_derive (Replacement
+candidates), lambo_stats (receipt counts, promotion_policy, the ``ledger_*`` keys).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import LamboError
+from .text import check_agent_id
+
+LINE_VERSION = 1
+#: the query a recall line quotes, in UTF-8 bytes (cut on a character boundary)
+MAX_QUERY_BYTES = 512
+#: the hit keys a recall line copies from structuredContent.hits[] (never content)
+HIT_KEYS = (
+    "node_id",
+    "session",
+    "score",
+    "is_canonical",
+    "blast_radius",
+    "companion_of",
+    "possibly_superseded_by",
+    "skipped_redundant",
+    "also_skipped_redundant",
+)
+#: a write receipt's counts a completion line carries (spec: lambo_stats, receipt)
+RECEIPT_COUNTS = (
+    "created_count",
+    "matched_count",
+    "semantic_merged",
+    "reinforced",
+    "edges",
+    "embedded",
+)
+WRITE_TOOLS = ("lambo_derive", "lambo_derive_image", "lambo_record_action")
+
+
+def timestamp(at: float) -> str:
+    """UTC, to the millisecond, as every line writes it."""
+    whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at))
+    return f"{whole}.{int(at * 1000) % 1000:03d}Z"
+
+
+def _agent(arguments: object) -> str | None:
+    agent = arguments.get("agent_id") if isinstance(arguments, Mapping) else None
+    try:
+        return check_agent_id(agent) if isinstance(agent, str) else None
+    except LamboError:  # an id the call was refused for is not repeated
+        return None
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    return text.encode()[:max_bytes].decode(errors="ignore")
+
+
+def call_line(
+    *,
+    session: str,
+    tool: str,
+    arguments: object,
+    answer: Mapping[str, Any],
+    ms: float,
+    at: float,
+) -> dict[str, Any]:
+    """One tool call's line, from the answer the client got (``ToolResult.to_json``)."""
+    line: dict[str, Any] = {
+        "v": LINE_VERSION,
+        "kind": "call",
+        "at": timestamp(at),
+        "session": session,
+        "tool": tool,
+        "ms": round(ms, 2),
+    }
+    agent = _agent(arguments)
+    if agent is not None:
+        line["agent_id"] = agent
+    if answer.get("isError"):
+        line["outcome"] = "error"
+        return line
+    line["outcome"] = "ok"
+    args: Mapping[str, Any] = arguments if isinstance(arguments, Mapping) else {}
+    structured = answer.get("structuredContent")
+    structured = structured if isinstance(structured, Mapping) else {}
+    scope = args.get("scope")
+    if isinstance(scope, str):
+        line["scope"] = _cut(scope, MAX_QUERY_BYTES)
+    if tool == "lambo_recall":
+        line.update(_recall_fields(args, structured))
+    elif tool in WRITE_TOOLS:
+        for key in ("receipt", "receipt_state", "session"):
+            if isinstance(structured.get(key), str):
+                line["written_to" if key == "session" else key] = structured[key]
+    return line
+
+
+def _recall_fields(args: Mapping[str, Any], structured: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"by": _recall_by(args)}
+    query = args.get("query")
+    if isinstance(query, str) and query:
+        out["query"] = _cut(query, MAX_QUERY_BYTES)
+    hits = structured.get("hits")
+    rows = [
+        {key: hit[key] for key in HIT_KEYS if key in hit}
+        for hit in (hits if isinstance(hits, list) else [])
+        if isinstance(hit, Mapping)
+    ]
+    out["hits"] = rows
+    sessions: dict[str, int] = {}
+    for row in rows:
+        if isinstance(row.get("session"), str):
+            sessions[row["session"]] = sessions.get(row["session"], 0) + 1
+    if sessions:  # a layered recall: hits per session
+        out["session_hits"] = sessions
+    superseded = sum(1 for row in rows if "possibly_superseded_by" in row)
+    if superseded:
+        out["possibly_superseded"] = superseded
+    warnings = structured.get("warnings")
+    out["warnings"] = len(warnings) if isinstance(warnings, list) else 0
+    return out
+
+
+def _recall_by(args: Mapping[str, Any]) -> str:
+    if args.get("image") is not None:
+        return "image"
+    if args.get("query_vector") is not None:
+        return "vector"
+    return "text"
+
+
+def completion_line(
+    *, session: str, tool: str, agent_id: str, receipt: Mapping[str, Any], at: float
+) -> dict[str, Any]:
+    """A write's completion, from its settled receipt (``receipts.to_structured``): its
+    state and counts, and its replacement candidates as cosines and flags, never ids or
+    text."""
+    line: dict[str, Any] = {
+        "v": LINE_VERSION,
+        "kind": "completion",
+        "at": timestamp(at),
+        "session": session,
+        "tool": tool,
+        "agent_id": agent_id,
+        "receipt": receipt.get("receipt"),
+        "state": receipt.get("state"),
+    }
+    for key in RECEIPT_COUNTS:
+        if isinstance(receipt.get(key), int):
+            line[key] = receipt[key]
+    replacements = receipt.get("replacement_candidates")
+    if isinstance(replacements, Mapping):
+        rows = [r for r in replacements.get("candidates", []) if isinstance(r, Mapping)]
+        line["replacement_candidates"] = replacements.get("total", len(rows))
+        line["replacement_cosines"] = [r.get("cosine") for r in rows]
+        if any(r.get("merged") for r in rows):
+            line["replacement_merged"] = [bool(r.get("merged")) for r in rows]
+        if any(r.get("newer") for r in rows):
+            line["replacement_newer"] = [bool(r.get("newer")) for r in rows]
+    return line
+
+
+def heartbeat_line(
+    *, session: str, role: str, stats: Mapping[str, Any], at: float
+) -> dict[str, Any]:
+    """A heartbeat: the lambo_stats payload (one builder for the tool, its summary and this
+    line, so promotion_policy is the live one) and the serve's role in the session."""
+    line: dict[str, Any] = {
+        "v": LINE_VERSION,
+        "kind": "heartbeat",
+        "at": timestamp(at),
+        "session": session,
+        "role": role,
+    }
+    line.update((k, v) for k, v in stats.items() if k not in ("receipt", "write_receipts"))
+    line["session"] = session
+    return line
