@@ -42,12 +42,14 @@ from .hub import (
 from .layers.handle import LayerHandle, LayerServe
 from .layers.internal import INTERNAL_TOOLS, answer_internal, socket_tool_names
 from .layers.service import LayeredService
+from .ledger_writer import LedgerWriter
 from .mcp.refusals import ProtocolRefusal
 from .mcp.relay import Outstanding, serve_connection
 from .mcp.server import build_server
 from .mcp.stdio import bounded_stdio_server
 from .reach import reach_meta
 from .scoring import start_summary_warm
+from .serve_ledger import LEDGER_CLOSE_BUDGET_S, heartbeats, record_call
 from .service import MemoryService, ToolResult, listed_tools
 from .session import EmbedderPlan, Session
 from .store import open_config_store, store_location
@@ -219,9 +221,12 @@ class Serve:
         *,
         store: Store | None = None,
         layer_serves: Mapping[str, LayerServe] | None = None,
+        ledger: LedgerWriter | None = None,
     ) -> None:
         self.config = config
         self.options = options
+        #: serve --ledger: one line per call this serve answers (None: no ledger)
+        self.ledger = ledger
         #: serves of this serve's layers that run in this process already (an HTTP serve
         #: holds each layer once for all its sessions); the others it attaches itself
         self.layer_serves = dict(layer_serves or {})
@@ -392,13 +397,31 @@ class Serve:
             raise http_refusal(session, lease)
         log.info("session %s: this serve holds it", session)
 
+    async def joined(self) -> None:
+        """Wait for the election's outcome (held, forwarding, or the error)."""
+        await self._elected.wait()
+
     @property
     def serving(self) -> bool:
         """This serve holds the session and its service answers."""
         return self.hub.role == "hub" and self.service is not None
 
     async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        await self._elected.wait()
+        if self.ledger is None:
+            return await self._answer(tool, arguments)
+        started = time.monotonic()
+        answer: dict[str, Any] = {"isError": True}  # a protocol refusal's line
+        try:
+            answer = await self._answer(tool, arguments)
+            if tool == "lambo_stats" and isinstance(answer.get("structuredContent"), dict):
+                # this serve's own ledger, whichever process answered the call
+                answer["structuredContent"].update(self.ledger.stats_keys(self.options.session))
+            return answer
+        finally:
+            record_call(self.ledger, self.options.session, tool, arguments, answer, started)
+
+    async def _answer(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        await self.joined()
         if self.error is not None:
             return ToolResult.error(self.error.render()).to_json()
         try:
@@ -448,14 +471,16 @@ def shutdown_budget(config: Config) -> float:
 ANSWER_GRACE_S = 2.0
 
 
-async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
+async def serve_stdio(
+    config: Config, options: ServeOptions, ledger: LedgerWriter | None = None
+) -> Serve:
     """Serve MCP over stdio until the end of input or a stop signal; then stop cleanly.
 
     The stop runs while the transport still answers: a lambo_stats waiting on a receipt
     hears it settle intent_durable. Returns the Serve, whose ``unfinished`` tells the
     caller how the process may exit.
     """
-    serve = Serve(config, options)
+    serve = Serve(config, options, ledger=ledger)
     image_tool = image_tool_listed(config)
     server = build_server(options.session, serve, lambda: tool_names(image_tool), options.layers)
     stop = anyio.Event()
@@ -464,6 +489,8 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
         # session in a thread, which must finish before the serve can close cleanly.
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve.start)
+            if ledger is not None:
+                tg.start_soon(heartbeats, [serve], lease_ttl(config) / 3, stop)
             async with (
                 bounded_stdio_server() as (read_stream, write_stream),
                 anyio.create_task_group() as signals,
@@ -473,9 +500,12 @@ async def serve_stdio(config: Config, options: ServeOptions) -> Serve:
                     server, read_stream, write_stream, stop, partial(_stop_answering, serve)
                 )
                 signals.cancel_scope.cancel()
+                stop.set()  # the client left: the heartbeats end too
     finally:
         with anyio.CancelScope(shield=True):
             await serve.close()
+        if ledger is not None:
+            await anyio.to_thread.run_sync(ledger.close, LEDGER_CLOSE_BUDGET_S)
     return serve
 
 
@@ -498,7 +528,7 @@ async def _stop_answering(serve: Serve, outstanding: Outstanding) -> None:
         await outstanding.drained()
 
 
-def run_stdio(config: Config, options: ServeOptions) -> None:
+def run_stdio(config: Config, options: ServeOptions, ledger_path: Path | None = None) -> None:
     """``lambo serve`` over stdio, to the end of the process.
 
     After a stop that left part of the session running in a thread (a write still being
@@ -506,7 +536,8 @@ def run_stdio(config: Config, options: ServeOptions) -> None:
     the interpreter's teardown would destroy onnxruntime under that thread and abort the
     process, and everything acked is already durable in the store.
     """
-    served = anyio.run(serve_stdio, config, options)
+    ledger = LedgerWriter(ledger_path).start() if ledger_path is not None else None
+    served = anyio.run(serve_stdio, config, options, ledger)
     if served.unfinished:
         exit_without_teardown(0)
 

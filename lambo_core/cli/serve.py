@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
@@ -70,6 +71,14 @@ def provision(ctx: Context, store: str | None) -> None:
     is_flag=True,
     help="relabel a session written under another embedding contract to this server's",
 )
+@click.option(
+    "--ledger",
+    "ledger_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="append one JSON line per tool call, and a heartbeat line, to this file (stdio); "
+    "lines are dropped, never a call delayed, and lambo_stats counts them",
+)
 @pass_ctx
 @reports_errors
 def serve(
@@ -83,6 +92,7 @@ def serve(
     bind: str | None,
     auth_token: str | None,
     allow_embedding_mismatch: bool,
+    ledger_path: Path | None,
 ) -> None:
     """Serve a session's memory over MCP (stdio by default).
 
@@ -121,11 +131,17 @@ def serve(
         for name in names
     ]
     if http:
+        if ledger_path is not None:
+            raise click.UsageError("--ledger is for a stdio serve; over HTTP it is not built yet")
         from ..mcp.http.serve import run_http
 
         run_http(config, options)
         return
-    run_stdio(config, options[0])
+    if ledger_path is not None and not ledger_path.parent.is_dir():
+        raise click.BadParameter(
+            f"the folder {ledger_path.parent} does not exist", param_hint="'--ledger'"
+        )
+    run_stdio(config, options[0], ledger_path)
 
 
 def served_sessions(
