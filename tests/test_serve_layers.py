@@ -95,7 +95,9 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """What `lambo serve` would start, recorded instead of run."""
     calls: list[Any] = []
     monkeypatch.setattr(serve_module, "exit_cleanly_until_serving", lambda: None)
-    monkeypatch.setattr(serve_module, "run_stdio", lambda config, o: calls.append(o))
+    monkeypatch.setattr(
+        serve_module, "run_stdio", lambda config, o, ledger_path=None: calls.append(o)
+    )
     monkeypatch.setattr(http_serve, "run_http", lambda config, o: calls.append(o))
     return calls
 
