@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import LamboError
+from .layers.internal import WRITE_TOOLS
 from .text import check_agent_id
 
 LINE_VERSION = 1
@@ -41,7 +42,6 @@ RECEIPT_COUNTS = (
     "edges",
     "embedded",
 )
-WRITE_TOOLS = ("lambo_derive", "lambo_derive_image", "lambo_record_action")
 
 
 def timestamp(at: float) -> str:

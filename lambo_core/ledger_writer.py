@@ -120,7 +120,7 @@ class LedgerWriter:
     def flushed(self, timeout_s: float) -> bool:
         """Wait until nothing is queued (a test's and a stop's wait); False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue and not self._in_flight(), timeout_s)
+            return self._cond.wait_for(lambda: not self._in_flight(), timeout_s)
 
     def close(self, budget_s: float = 2.0) -> None:
         """Write what is queued within ``budget_s``; what is left is dropped as write_failed
@@ -145,6 +145,7 @@ class LedgerWriter:
 
     # -- the writer thread -------------------------------------------------------------
     def _in_flight(self) -> bool:
+        """Lines accepted and not yet on disk or dropped (queued or in the batch)."""
         return any(c.queued for c in self._counts.values())
 
     def _run(self) -> None:
