@@ -22,6 +22,8 @@ from .states import (
     ReceiptState,
     ReceiptStats,
     ReceiptView,
+    SettledReceipt,
+    SettleListener,
     parse_receipt_id,
 )
 from .waits import AGENT_WAIT_BOUND, SERVER_WAIT_BOUND, clamp_wait_ms
@@ -42,6 +44,8 @@ __all__ = [
     "ReceiptState",
     "ReceiptStats",
     "ReceiptView",
+    "SettleListener",
+    "SettledReceipt",
     "clamp_wait_ms",
     "fair_piggyback",
     "fair_shares",

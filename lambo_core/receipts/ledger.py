@@ -6,11 +6,13 @@ receipts) and the ``write receipts:`` piggyback live here; answering questions a
 receipt (lookups, waits) is ``book.ReceiptBook``'s. Spec: lambo_derive, lambo_stats.
 
 Threading: the apply worker settles, the event loop issues and reads. Everything shared
-sits behind one lock; one condition on it wakes waiters when anything settles.
+sits behind one lock; one condition on it wakes waiters when anything settles. A settle
+listener (``listen``) hears each outcome after the lock is let go, on the settling thread.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 from collections import OrderedDict, deque
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import Clock, SystemClock
+from ..model import WriteIntent
 from .states import (
     BOUND,
     CLOSE_STATES,
@@ -37,10 +40,17 @@ from .states import (
     ReceiptState,
     ReceiptStats,
     ReceiptView,
+    SettledReceipt,
+    SettleListener,
     not_ours,
     parse_receipt_id,
 )
 from .waits import WaitSlots
+
+log = logging.getLogger(__name__)
+
+#: what a receipt recovered after a restart can settle as, told by the serve replaying it
+RECOVERED_STATES = frozenset({ReceiptState.APPLIED_AFTER_RESTART, ReceiptState.FAILED})
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class ReceiptLedger:
         self._slots = WaitSlots()  # the waits on this book, counted under its lock
         # (agent, session) of receipts evicted from _entries, oldest first.
         self._evicted: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._listener: SettleListener | None = None
 
         self._outstanding = 0
         self._accepted = 0
@@ -108,6 +119,42 @@ class ReceiptLedger:
     def closing(self) -> bool:
         with self._lock:
             return self._closing
+
+    def listen(self, listener: SettleListener | None) -> None:
+        """Tell ``listener`` each write's outcome from now on (None: stop telling): once as
+        a receipt settles (dropped at its ack, applied, failed, or handed on at a stop),
+        again only when a stop's retried flush turns close_unflushed into intent_durable,
+        and for a receipt an earlier server issued once this one replays it
+        (``recovered``). It runs on the settling thread (the apply worker's, the stop's),
+        so it must return at once; whatever it raises is logged, never passed on."""
+        self._listener = listener
+
+    @staticmethod
+    def _told(entry: Entry) -> SettledReceipt:
+        """What the listener hears of ``entry``, taken under the lock (a copy)."""
+        return SettledReceipt(entry.view(), entry.agent_id, entry.session, entry.tool)
+
+    def _tell(self, told: SettledReceipt) -> None:
+        """The listener hears one outcome (called with the lock let go)."""
+        listener = self._listener
+        if listener is None:
+            return
+        try:
+            listener(told)
+        except Exception:  # a listener's fault is never the write's
+            log.exception("the settle listener failed on receipt %s", told.view.receipt_id)
+
+    def recovered(
+        self, intent: WriteIntent, state: ReceiptState, outcome: Mapping[str, Any]
+    ) -> None:
+        """A write an earlier server acked, replayed here, has settled (the store answers
+        its receipt): the listener hears what its intent keeps of ``outcome`` (its
+        ``detail`` and ``data``), under the session it was submitted through."""
+        if state not in RECOVERED_STATES:
+            raise ValueError(f"a recovered receipt cannot settle as {state.value}")
+        detail = str(outcome.get("detail") or DEFAULT_DETAILS[state])
+        view = ReceiptView(intent.receipt_id, state, detail, dict(outcome.get("data") or {}))
+        self._tell(SettledReceipt(view, intent.agent_id, intent.destination, intent.tool))
 
     def _is_ours(self, parsed: tuple[str, str, int]) -> bool:
         return parsed[0] == self._nonce and parsed[1] == self._start_hex
@@ -151,7 +198,10 @@ class ReceiptLedger:
                 self._outstanding += 1
                 self._lanes[agent_id] = self._lanes.get(agent_id, 0) + 1
             self._evict_locked()
-            return entry.view()
+            told = self._told(entry)
+        if told.view.state is ReceiptState.DROPPED:
+            self._tell(told)
+        return told.view
 
     def withdraw(self, receipt_id: str) -> bool:
         """Take back a pending receipt whose ack never went out (admission failed
@@ -203,6 +253,7 @@ class ReceiptLedger:
                 self._count_locked(entry.state, -1)
             else:
                 return False
+            changed = entry.state is not state  # the same close outcome again: not retold
             self._count_locked(state, +1)
             entry.delivered = False
             self._mark_settled_locked(entry, state, detail, data, self._clock.now())
@@ -211,7 +262,10 @@ class ReceiptLedger:
             )
             self._evict_locked()
             self._cond.notify_all()
-            return True
+            told = self._told(entry)
+        if changed:
+            self._tell(told)
+        return True
 
     def _count_locked(self, state: ReceiptState, delta: int) -> None:
         if state is ReceiptState.APPLIED:

@@ -141,6 +141,21 @@ Receipt = ReceiptView
 
 
 @dataclass(frozen=True)
+class SettledReceipt:
+    """A write's outcome as a settle listener hears it: the receipt and whose write it was
+    (``session``: the one it was submitted through, which the receipt answers to)."""
+
+    view: ReceiptView
+    agent_id: str
+    session: str
+    tool: str
+
+
+#: hears each write's outcome on the thread that settled it (the apply worker, the stop)
+SettleListener = Callable[[SettledReceipt], None]
+
+
+@dataclass(frozen=True)
 class ReceiptStats:
     """Counters behind lambo_stats's write_queue_* keys."""
 

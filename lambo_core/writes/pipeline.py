@@ -487,6 +487,9 @@ class WritePipeline:
                 done_at=now - later_ms / 1000.0,
             )
         log.debug("applied %s in %.1f ms", intent.receipt_id, elapsed_ms)
+        if replay:  # an earlier server's receipt: the store answers it with what it keeps
+            kept = durable_outcome(outcome)
+            session.receipts.recovered(intent, ReceiptState.APPLIED_AFTER_RESTART, kept)
         session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
@@ -513,6 +516,8 @@ class WritePipeline:
         with self._lock:
             self.replayed, self.replay_owed = self.replayed + replay, self.replay_owed - replay
             self.applied += not replay
+        if replay:  # an earlier server's receipt: the store answers it
+            self.session.receipts.recovered(intent, ReceiptState.APPLIED_AFTER_RESTART, outcome)
         self.session.receipts.settle(
             intent.receipt_id, ReceiptState.APPLIED, outcome["detail"], outcome["data"]
         )
@@ -567,6 +572,8 @@ class WritePipeline:
             session.receipts.replay_failed(
                 intent.receipt_id, intent.agent_id, intent.destination, detail
             )
+        if replay:
+            session.receipts.recovered(intent, ReceiptState.FAILED, {"detail": detail})
         session.receipts.settle(intent.receipt_id, ReceiptState.FAILED, detail, {})
 
     def stats(self) -> dict[str, Any]:
