@@ -48,8 +48,9 @@ from .mcp.relay import Outstanding, serve_connection
 from .mcp.server import build_server
 from .mcp.stdio import bounded_stdio_server
 from .reach import reach_meta
+from .receipts import SettleListener
 from .scoring import start_summary_warm
-from .serve_ledger import LEDGER_CLOSE_BUDGET_S, heartbeats, record_call
+from .serve_ledger import LEDGER_CLOSE_BUDGET_S, completions, heartbeats, record_call
 from .service import MemoryService, ToolResult, listed_tools
 from .session import EmbedderPlan, Session
 from .store import open_config_store, store_location
@@ -100,11 +101,13 @@ def open_service(
     *,
     probe: bool = False,
     models: LoadedModels | None = None,
+    on_settled: SettleListener | None = None,
 ) -> MemoryService:
     """Open the session on ``store`` and start its apply worker: the hub's service (with
     ``probe``, the startup probe of the embedder as well: a serve's, not a one-shot's).
     ``models`` is the loaded-model cache to share; None: a cache of this service's own, so
-    a caller opening several services in one process passes one to load a model once."""
+    a caller opening several services in one process passes one to load a model once.
+    ``on_settled`` hears every write's outcome, the replays' first (``listen``)."""
     # A one-shot command opens one service: a cache of its own. A serve passes its own.
     plan = EmbedderPlan.from_config(config, models if models is not None else LoadedModels())
     session = Session.open(
@@ -113,6 +116,7 @@ def open_service(
         plan,
         allow_embedding_mismatch=options.allow_embedding_mismatch,
     )
+    session.receipts.listen(on_settled)
     pipeline = WritePipeline(
         session,
         edge_min_age_s=float(config.get("canonization.edge_min_age_s")),
@@ -279,6 +283,7 @@ class Serve:
                 self.options,
                 probe=True,
                 models=self.models,
+                on_settled=completions(self.ledger) if self.ledger is not None else None,
             )
         )
         service = self.service

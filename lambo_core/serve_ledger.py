@@ -1,8 +1,10 @@
-"""A serve's side of ``--ledger``: the line of each call it answers, and its heartbeats.
+"""A serve's side of ``--ledger``: the line of each call it answers, the completion line of
+each write its session settles while it is the hub, and its heartbeats.
 
 The lines themselves are ``ledger_lines``'; the file is ``ledger_writer``'s, which never
-lets a line delay a call. Spec: lambo_stats (the ``ledger_*`` keys, promotion_policy on
-every heartbeat line).
+lets a line delay a call or the apply worker. Spec: lambo_stats (the ``ledger_*`` keys,
+the receipt counts a completion line keeps, promotion_policy on every heartbeat line),
+lambo_derive (Replacement candidates).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any, Protocol
 import anyio
 import anyio.to_thread
 
-from .ledger_lines import call_line, heartbeat_line
+from .ledger_lines import call_line, completion_line, heartbeat_line
 from .ledger_writer import LedgerWriter
+from .receipts import SettledReceipt, SettleListener, to_structured
 
 
 class LedgeredServe(Protocol):
@@ -59,6 +62,24 @@ def record_call(
         at=time.time(),
     )
     ledger.append(session, line)
+
+
+def completions(ledger: LedgerWriter) -> SettleListener:
+    """A receipt book's settle listener (``ReceiptLedger.listen``): each write's completion
+    line, under the session the receipt answers to. It runs on the apply worker, and an
+    append never blocks."""
+
+    def record(settled: SettledReceipt) -> None:
+        line = completion_line(
+            session=settled.session,
+            tool=settled.tool,
+            agent_id=settled.agent_id,
+            receipt=to_structured(settled.view),
+            at=time.time(),
+        )
+        ledger.append(settled.session, line)
+
+    return record
 
 
 async def record_heartbeat(serve: LedgeredServe, ledger: LedgerWriter) -> None:
