@@ -144,3 +144,70 @@ def test_a_ledger_in_a_missing_folder_is_refused_naming_the_flag(served_home: Pa
     )
     assert done.returncode == 2
     assert "--ledger" in done.stderr and "does not exist" in done.stderr
+
+
+def test_each_applied_write_gets_one_completion_line_with_its_receipt_counts(
+    served_home: Path,
+) -> None:
+    ledger = served_home / "writes.jsonl"
+    receipts: dict[str, dict[str, Any]] = {}
+    replacing: dict[str, Any] = {}
+
+    async def settled(client: Client, agent: str, ack: dict[str, Any]) -> dict[str, Any]:
+        args = {"agent_id": agent, "receipt": ack["receipt"], "wait_ms": 30_000}
+        receipt = body(await client.call_tool("lambo_stats", args))["receipt"]
+        assert receipt["state"] == "applied", receipt
+        receipts[receipt["receipt"]] = receipt
+        return dict(receipt)
+
+    async def scenario() -> None:
+        async with Client(stdio_params(served_home, SESSION, "--ledger", str(ledger))) as client:
+            for i in range(12):
+                tool, args = mixed_call(i * 10 + (5 if i % 3 == 0 else i % 3))  # derives, actions
+                await settled(
+                    client, str(args["agent_id"]), body(await client.call_tool(tool, args))
+                )
+            # a reworded fact: its receipt lists the one it may replace
+            for content in (
+                "the embedder listens on port 8080",
+                "the embedder listens on port 8081",
+            ):
+                args = {
+                    "agent_id": "agent-r",
+                    "concepts": [{"content": content, "concept_type": "logic"}],
+                }
+                ack = body(await client.call_tool("lambo_derive", args))
+                replacing.update(await settled(client, "agent-r", ack))
+
+    anyio.run(scenario)
+    lines = lines_of(ledger)
+    completions = [line for line in lines if line["kind"] == "completion"]
+    assert sorted(c["receipt"] for c in completions) == sorted(receipts)  # one per write
+    calls = {c["receipt"]: c for c in lines if c["kind"] == "call" and "receipt" in c}
+    for line in completions:
+        receipt = receipts[line["receipt"]]
+        assert line["state"] == "applied" and line["session"] == SESSION
+        assert (line["tool"], line["agent_id"]) == (
+            calls[line["receipt"]]["tool"],
+            calls[line["receipt"]]["agent_id"],
+        )
+        for key in (
+            "created_count",
+            "matched_count",
+            "semantic_merged",
+            "reinforced",
+            "edges",
+            "embedded",
+        ):
+            assert line[key] == receipt[key], key
+        assert lines.index(line) > lines.index(calls[line["receipt"]])  # after its call
+        listed = receipt.get("replacement_candidates")
+        if listed is None:  # a receipt without candidates: a line without them
+            assert not any(key.startswith("replacement_") for key in line)
+            continue
+        assert line["replacement_candidates"] == listed["total"]
+        assert line["replacement_cosines"] == [row["cosine"] for row in listed["candidates"]]
+        assert not any(row["excerpt"] in json.dumps(line) for row in listed["candidates"])
+        assert not any(row["id"] in json.dumps(line) for row in listed["candidates"])
+    assert {c["tool"] for c in completions} == {"lambo_derive", "lambo_record_action"}
+    assert replacing["replacement_candidates"]["total"] >= 1  # the reworded fact's
