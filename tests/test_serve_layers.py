@@ -98,7 +98,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.setattr(
         serve_module, "run_stdio", lambda config, o, ledger_path=None: calls.append(o)
     )
-    monkeypatch.setattr(http_serve, "run_http", lambda config, o: calls.append(o))
+    monkeypatch.setattr(http_serve, "run_http", lambda config, o, ledger_path=None: calls.append(o))
     return calls
 
 

@@ -76,8 +76,9 @@ def provision(ctx: Context, store: str | None) -> None:
     "ledger_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="append one JSON line per tool call, and a heartbeat line, to this file (stdio); "
-    "lines are dropped, never a call delayed, and lambo_stats counts them",
+    help="append one JSON line per tool call, per settled write and per heartbeat to this "
+    "file (over HTTP one file for every session, each line naming its session); lines are "
+    "dropped, never a call delayed, and lambo_stats counts them",
 )
 @pass_ctx
 @reports_errors
@@ -130,17 +131,15 @@ def serve(
         )
         for name in names
     ]
-    if http:
-        if ledger_path is not None:
-            raise click.UsageError("--ledger is for a stdio serve; over HTTP it is not built yet")
-        from ..mcp.http.serve import run_http
-
-        run_http(config, options)
-        return
     if ledger_path is not None and not ledger_path.parent.is_dir():
         raise click.BadParameter(
             f"the folder {ledger_path.parent} does not exist", param_hint="'--ledger'"
         )
+    if http:
+        from ..mcp.http.serve import run_http
+
+        run_http(config, options, ledger_path)
+        return
     run_stdio(config, options[0], ledger_path)
 
 

@@ -12,6 +12,7 @@ import anyio
 from mcp import Client
 
 from tests.e2e.conftest import body, run_lambo, stdio_params
+from tests.e2e.http_serve import HttpServe, http_client, serve_settings
 
 SESSION = "ledger"
 SEED = "the seed concept every inspect looks at"
@@ -211,3 +212,82 @@ def test_each_applied_write_gets_one_completion_line_with_its_receipt_counts(
         assert not any(row["id"] in json.dumps(line) for row in listed["candidates"])
     assert {c["tool"] for c in completions} == {"lambo_derive", "lambo_record_action"}
     assert replacing["replacement_candidates"]["total"] >= 1  # the reworded fact's
+
+
+def test_two_http_sessions_on_one_ledger_each_count_their_own_lines(
+    served_home: Path, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "http.jsonl"
+    # heartbeats every 100 s: only each session's first one lands during the test
+    serve_settings(served_home, lease_ttl_s=300.0)
+    calls = {"alpha": 7, "beta": 19}
+    last: dict[str, dict[str, Any]] = {}
+    probes: dict[str, str] = {}
+    with HttpServe(
+        served_home, tmp_path / "m.db", ("alpha", "beta"), extra=("--ledger", str(ledger))
+    ) as serve:
+
+        async def calls_to(session: str) -> None:
+            async with http_client(serve.url(session)) as client:
+                await seed(client)
+                for i in range(calls[session] - 2):
+                    tool, args = mixed_call(i)
+                    answer = await client.call_tool(tool, args)
+                    if not answer.is_error and "receipt" in answer.structured_content:
+                        wait = {"agent_id": args["agent_id"], "wait_ms": 30_000}
+                        wait["receipt"] = answer.structured_content["receipt"]
+                        await client.call_tool("lambo_stats", wait)  # applied before the stop
+                for n in range(200):  # until the writer has caught up with this session
+                    probes[session] = f"probe-{session}-{n}"
+                    args = {"agent_id": probes[session]}
+                    last[session] = body(await client.call_tool("lambo_stats", args))
+                    if last[session]["ledger_queued_lines"] == 0:
+                        break
+                    await anyio.sleep(0.05)
+
+        async def scenario() -> None:
+            async with anyio.create_task_group() as tg:
+                for session in calls:
+                    tg.start_soon(calls_to, session)
+
+        anyio.run(scenario)
+        assert serve.stop() == 0
+    lines = lines_of(ledger)
+    assert {line["session"] for line in lines} == set(calls)
+    for session, stats in last.items():
+        assert stats["ledger_path"] == str(ledger)
+        assert stats["ledger_dropped_lines"] == 0 and stats["ledger_queued_lines"] == 0
+        own = [line for line in lines if line["session"] == session]
+        probe = next(i for i, line in enumerate(own) if line.get("agent_id") == probes[session])
+        assert stats["ledger_written_lines"] == probe  # its own lines before its probe's
+        assert probe < lines.index(own[probe])  # not the whole file's: the other's are there
+        mine = [line for line in own if line["kind"] == "call"]
+        assert len(mine) >= calls[session]
+        beats = [line for line in own if line["kind"] == "heartbeat"]
+        assert beats and all(b["role"] == "hub" for b in beats)
+        completions = [line for line in own if line["kind"] == "completion"]
+        written = {
+            c["receipt"] for c in mine if c["tool"] in ("lambo_derive", "lambo_record_action")
+        }
+        assert {c["receipt"] for c in completions} == written
+        assert all(c["state"] == "applied" for c in completions)
+
+
+def test_an_http_ledger_in_a_missing_folder_is_refused_naming_the_flag(
+    served_home: Path,
+) -> None:
+    missing = str(served_home / "no" / "x")
+    done = run_lambo(
+        served_home,
+        "serve",
+        "--transport",
+        "http",
+        "--port",
+        "0",
+        "--session",
+        SESSION,
+        "--ledger",
+        missing,
+    )
+    assert done.returncode == 2
+    assert "--ledger" in done.stderr and "does not exist" in done.stderr

@@ -7,7 +7,9 @@ so stdio serves and CLI calls of it forward here), all sharing one loaded model.
 from each other). The serve fails closed: off loopback it does not start without a
 credential, and a session another process holds refuses the start, naming the holder. A
 stop signal stops every session the way a stdio stop does, while HTTP still answers the
-calls in flight. Spec: "Transports", "HTTP for a machine with several independent clients".
+calls in flight. With --ledger, every session's serve writes to one ledger file, each
+line naming its session and each session counting its own lines. Spec: "Transports",
+"HTTP for a machine with several independent clients"; lambo_stats, the ``ledger_*`` keys.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -32,15 +36,18 @@ from ...derive_image import image_tool_listed
 from ...embed.loader import LoadedModels
 from ...errors import ConfigError
 from ...hosts import in_url, is_loopback, is_wildcard
+from ...ledger_writer import LedgerWriter
 from ...serve import (
     ANSWER_GRACE_S,
     Serve,
     ServeOptions,
     exit_without_teardown,
+    lease_ttl,
     shutdown_budget,
     stop_on_signal,
     tool_names,
 )
+from ...serve_ledger import LEDGER_CLOSE_BUDGET_S, heartbeats
 from ..server import build_server
 from .app import MCP_PATH, SESSION_PREFIX, Endpoint, HttpApp
 from .limits import RateLimits
@@ -194,17 +201,20 @@ def warn_unserved(credentials: tuple[Credential, ...], sessions: list[str]) -> N
             )
 
 
-async def serve_http(config: Config, options: list[ServeOptions]) -> list[Serve]:
-    """Hold every session, serve HTTP until a stop signal, then stop every session cleanly.
-    Returns the serves, whose ``unfinished`` tells the caller how the process may exit."""
+async def serve_http(
+    config: Config, options: list[ServeOptions], ledger: LedgerWriter | None = None
+) -> list[Serve]:
+    """Hold every session, serve HTTP until a stop signal, then stop every session cleanly
+    (``ledger``: every served session's, closed once they all have stopped). Returns the
+    serves, whose ``unfinished`` tells the caller how the process may exit."""
     settings = HttpSettings.from_config(config)
     warn_unserved(settings.credentials, [o.session for o in options])
     budget_s = shutdown_budget(config)
     sock = listen(settings.bind, settings.port)
     models = LoadedModels()  # one model load for every session
-    layers, unserved = layer_serves(config, options, models)
+    layers, unserved = layer_serves(config, options, models, ledger)
     serves = [
-        layers.get(o.session) or Serve(config, o, models=models, layer_serves=layers)
+        layers.get(o.session) or Serve(config, o, models=models, layer_serves=layers, ledger=ledger)
         for o in options
     ]
     everything = [*serves, *unserved]
@@ -226,17 +236,25 @@ async def serve_http(config: Config, options: list[ServeOptions]) -> list[Serve]
             async with anyio.create_task_group() as tg:
                 for serve in everything:
                     tg.start_soon(serve.close)
+            if ledger is not None:  # after every session's stop: its last lines are queued
+                await anyio.to_thread.run_sync(ledger.close, LEDGER_CLOSE_BUDGET_S)
     return everything
 
 
 def layer_serves(
-    config: Config, options: list[ServeOptions], models: LoadedModels
+    config: Config,
+    options: list[ServeOptions],
+    models: LoadedModels,
+    ledger: LedgerWriter | None = None,
 ) -> tuple[dict[str, Serve], list[Serve]]:
     """One serve per layer for every session of this process, and those of them that are
     not served at an address of their own: a layer that is also served (``as_layer``) is
-    that session's serve; any other is a serve of its own, which holds the layer when it
-    is free and forwards to its holder otherwise, as a stdio serve's layer does."""
-    layers = {o.session: Serve(config, o, models=models) for o in options if o.as_layer}
+    that session's serve (on ``ledger``, as every served session); any other is a serve of
+    its own, which holds the layer when it is free and forwards to its holder otherwise,
+    as a stdio serve's layer does."""
+    layers = {
+        o.session: Serve(config, o, models=models, ledger=ledger) for o in options if o.as_layer
+    }
     unserved: list[Serve] = []
     for project in options:
         for name in project.layers:
@@ -299,6 +317,10 @@ async def _serve_until_stopped(
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signal, stop)
             tg.start_soon(partial(_stop_when_asked, stop, everything, app, server, budget_s))
+            ledgered = [s for s in serves if s.ledger is not None]
+            if ledgered:  # every served session's heartbeats, on its own line
+                interval_s = lease_ttl(ledgered[0].config) / 3
+                tg.start_soon(heartbeats, ledgered, interval_s, stop)
             announce(serves, settings.bind, port)
             await server.serve(sockets=[sock])
             tg.cancel_scope.cancel()
@@ -341,9 +363,13 @@ async def _stop_when_asked(
     server.should_exit = True
 
 
-def run_http(config: Config, options: list[ServeOptions]) -> None:
+def run_http(config: Config, options: list[ServeOptions], ledger_path: Path | None = None) -> None:
     """``lambo serve --transport http``, to the end of the process (an unfinished stop
-    exits without the interpreter's teardown, as ``run_stdio`` explains)."""
-    served = anyio.run(serve_http, config, options)
+    exits without the interpreter's teardown, as ``run_stdio`` explains). With
+    ``ledger_path``, one ledger for every session, each counting its own lines."""
+    ledger = None
+    if ledger_path is not None:
+        ledger = LedgerWriter(ledger_path, per_session=True).start()
+    served = anyio.run(serve_http, config, options, ledger)
     if any(s.unfinished for s in served):
         exit_without_teardown(0)
