@@ -50,7 +50,7 @@ from .mcp.stdio import bounded_stdio_server
 from .reach import reach_meta
 from .receipts import SettleListener
 from .scoring import start_summary_warm
-from .serve_ledger import LEDGER_CLOSE_BUDGET_S, completions, heartbeats, record_call
+from .serve_ledger import LEDGER_CLOSE_BUDGET_S, heartbeats, record_call, record_completions
 from .service import MemoryService, ToolResult, listed_tools
 from .session import EmbedderPlan, Session
 from .store import open_config_store, store_location
@@ -188,6 +188,7 @@ async def attach_layers(
     models: LoadedModels,
     store: Store,
     shared: Mapping[str, LayerServe] | None = None,
+    completions: LedgerWriter | None = None,
 ) -> tuple[LayeredService, list[LayerHandle]]:
     """Attach each of ``options.layers`` to ``service``'s session: a serve of the layer on
     the same store and models, which holds it, forwards to its holder, or keeps electing.
@@ -201,7 +202,10 @@ async def attach_layers(
         if name in shared
         else LayerHandle(
             name,
-            Serve(config, options.layer_options(name), models, store=store),
+            # the writes submitted through this session get their completion lines there
+            Serve(
+                config, options.layer_options(name), models, store=store, completions=completions
+            ),
             probe_timeout_s=bound,
         )
         for name in options.layers
@@ -226,11 +230,15 @@ class Serve:
         store: Store | None = None,
         layer_serves: Mapping[str, LayerServe] | None = None,
         ledger: LedgerWriter | None = None,
+        completions: LedgerWriter | None = None,
     ) -> None:
         self.config = config
         self.options = options
         #: serve --ledger: one line per call this serve answers (None: no ledger)
         self.ledger = ledger
+        #: where a completion line goes for each write it settles as the hub: its ledger,
+        #: or (a layer's serve, whose calls are not its own) its session's
+        self.completions = completions or ledger
         #: serves of this serve's layers that run in this process already (an HTTP serve
         #: holds each layer once for all its sessions); the others it attaches itself
         self.layer_serves = dict(layer_serves or {})
@@ -283,7 +291,7 @@ class Serve:
                 self.options,
                 probe=True,
                 models=self.models,
-                on_settled=completions(self.ledger) if self.ledger is not None else None,
+                on_settled=record_completions(self.completions) if self.completions else None,
             )
         )
         service = self.service
@@ -305,7 +313,13 @@ class Serve:
 
     async def _attach_layers(self, service: MemoryService) -> LayeredService:
         layered, self.layers = await attach_layers(
-            self.config, self.options, service, self.models, self.store, self.layer_serves
+            self.config,
+            self.options,
+            service,
+            self.models,
+            self.store,
+            self.layer_serves,
+            self.completions,
         )
         return layered
 

@@ -64,7 +64,7 @@ def record_call(
     ledger.append(session, line)
 
 
-def completions(ledger: LedgerWriter) -> SettleListener:
+def record_completions(ledger: LedgerWriter) -> SettleListener:
     """A receipt book's settle listener (``ReceiptLedger.listen``): each write's completion
     line, under the session the receipt answers to. It runs on the apply worker, and an
     append never blocks."""

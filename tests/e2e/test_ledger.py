@@ -291,3 +291,37 @@ def test_an_http_ledger_in_a_missing_folder_is_refused_naming_the_flag(
     )
     assert done.returncode == 2
     assert "--ledger" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_write_into_a_layer_gets_its_completion_line_in_the_project_ledger(
+    served_home: Path,
+) -> None:
+    ledger = served_home / "layered.jsonl"
+    receipts: dict[str, str] = {}
+
+    async def scenario() -> None:
+        params = stdio_params(served_home, "proj", "--layer", "general", "--ledger", str(ledger))
+        async with Client(params) as client:
+            for scope in ("general", None):
+                args: dict[str, Any] = {
+                    "agent_id": "agent-l",
+                    "concepts": [{"content": f"a fact kept in {scope}", "concept_type": "logic"}],
+                }
+                if scope is not None:
+                    args["scope"] = scope
+                ack = body(await client.call_tool("lambo_derive", args))
+                wait = {"agent_id": "agent-l", "receipt": ack["receipt"], "wait_ms": 30_000}
+                state = body(await client.call_tool("lambo_stats", wait))["receipt"]["state"]
+                assert state == "applied"
+                receipts[ack["receipt"]] = ack.get("session", "proj")
+
+    anyio.run(scenario)
+    lines = lines_of(ledger)
+    assert sorted(receipts.values()) == ["general", "proj"]  # one write each way
+    completions = {c["receipt"]: c for c in lines if c["kind"] == "completion"}
+    assert set(completions) == set(receipts)
+    # the receipt is the project's to be told, so its line is the project's
+    assert all(c["session"] == "proj" and c["state"] == "applied" for c in completions.values())
+    calls = {c["receipt"]: c for c in lines if c["kind"] == "call" and "receipt" in c}
+    written_to = {rid: calls[rid].get("written_to", "proj") for rid in receipts}
+    assert written_to == receipts

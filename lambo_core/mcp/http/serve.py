@@ -259,7 +259,10 @@ def layer_serves(
     for project in options:
         for name in project.layers:
             if name not in layers:
-                serve = Serve(config, project.layer_options(name), models=models)
+                # its writes' completion lines go to the sessions they were submitted through
+                serve = Serve(
+                    config, project.layer_options(name), models=models, completions=ledger
+                )
                 layers[name] = serve
                 unserved.append(serve)
     return layers, unserved
