@@ -5,6 +5,7 @@ without a model (the keyword-only path)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from lambo_core.clock import ManualClock
 from lambo_core.ledger_lines import completion_line
+from lambo_core.ledger_writer import LedgerWriter
 from lambo_core.model import WriteIntent
 from lambo_core.receipts import (
     DEFAULT_DETAILS,
@@ -22,6 +24,7 @@ from lambo_core.receipts import (
     SettledReceipt,
     to_structured,
 )
+from lambo_core.serve_ledger import record_completions
 from lambo_core.session import EmbedderPlan, Session
 from lambo_core.store import MemoryStore, SqliteStore
 from lambo_core.writes import WritePipeline
@@ -228,3 +231,22 @@ def test_a_stop_tells_what_it_hands_on_and_the_next_server_tells_the_replays(
         # what the intent keeps: the summary line and the counts
         assert told.view.detail.startswith("derived 1 concept(s): 1 created")
         assert told.view.data["created_count"] == 1
+
+
+def test_a_closed_ledger_drops_the_completion_line_and_the_settle_goes_on(
+    tmp_path: Path,
+) -> None:
+    ledger = LedgerWriter(tmp_path / "l.jsonl").start()
+    book = ReceiptBook(ManualClock())
+    book.listen(record_completions(ledger))
+    first = book.issue("agent-a", "s", "lambo_derive")
+    assert book.settle(rid(first), S.APPLIED, "ok", {"created_count": 1, "created": ["x"]})
+    assert ledger.flushed(10.0)
+    ledger.close()
+    late = book.issue("agent-a", "s", "lambo_derive")
+    assert book.settle(rid(late), S.FAILED, "no")  # after the close: dropped, not raised
+    (line,) = [json.loads(x) for x in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert (line["kind"], line["receipt"], line["state"]) == ("completion", rid(first), "applied")
+    assert line["created_count"] == 1 and "created" not in line  # counts, never ids
+    counts = ledger.counts("s")
+    assert (counts.written, counts.dropped_write_failed) == (1, 1)
