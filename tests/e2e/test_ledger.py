@@ -77,16 +77,27 @@ def test_a_thousand_mixed_calls_one_line_each_no_drops(served_home: Path) -> Non
         async with Client(params) as client:
             await seed(client)
             sent.extend(["lambo_derive", "lambo_stats"])
+            last_write: dict[str, Any] = {}
             for i in range(CALLS - 2):
                 tool, args = mixed_call(i)
                 result = await client.call_tool(tool, args)
                 assert result.is_error == (i % 10 == 9), (tool, result.content)
                 sent.append(tool)
-            # probe until the writer has caught up: then written is the file's length
+                if tool in ("lambo_derive", "lambo_record_action"):
+                    last_write = {"agent_id": args["agent_id"], **result.structured_content}
+            # writes apply in order: once the last has, every completion line is queued
+            wait = {"agent_id": last_write["agent_id"], "receipt": last_write["receipt"]}
+            probes.append(body(await client.call_tool("lambo_stats", {**wait, "wait_ms": 30_000})))
+            # probe until the writer has caught up and only the probes' own lines come in:
+            # then written is the file's length
             for n in range(200):
                 stats = body(await client.call_tool("lambo_stats", {"agent_id": f"probe-{n}"}))
+                before = probes[-1]["ledger_written_lines"]
                 probes.append(stats)
-                if stats["ledger_queued_lines"] == 0:
+                if (
+                    stats["ledger_queued_lines"] == 0
+                    and stats["ledger_written_lines"] == before + 1
+                ):
                     break
                 await anyio.sleep(0.05)
 
@@ -104,7 +115,7 @@ def test_a_thousand_mixed_calls_one_line_each_no_drops(served_home: Path) -> Non
     assert {c["session"] for c in lines} == {SESSION}
     # the last probe's own line comes after the lines it counted
     probe_at = next(
-        i for i, line in enumerate(lines) if line.get("agent_id") == f"probe-{len(probes) - 1}"
+        i for i, line in enumerate(lines) if line.get("agent_id") == f"probe-{len(probes) - 2}"
     )
     assert probe_at == last["ledger_written_lines"]
     refused = [c for c in calls[:CALLS] if c["outcome"] == "error"]
@@ -114,6 +125,11 @@ def test_a_thousand_mixed_calls_one_line_each_no_drops(served_home: Path) -> Non
     assert recalls and all(c["by"] == "text" and "hits" in c for c in recalls)
     writes = [c for c in calls if c["tool"] == "lambo_derive"]
     assert all(c["receipt"] and c["receipt_state"] for c in writes)
+    # every write acked, applied or dropped, has its one completion line
+    acked = [c["receipt"] for c in calls if c["tool"] in ("lambo_derive", "lambo_record_action")]
+    done = [line for line in lines if line["kind"] == "completion"]
+    assert sorted(line["receipt"] for line in done) == sorted(acked)
+    assert all(line["state"] in ("applied", "dropped") for line in done)
     beats = [line for line in lines if line["kind"] == "heartbeat"]
     assert beats and all(b["session"] == SESSION and "role" in b for b in beats)
     assert any(b.get("promotion_policy") == "Swarm" for b in beats if b["role"] == "hub")
