@@ -107,6 +107,17 @@ class RecallResult:
             out.append(row)
         return out
 
+    def ledger(self) -> dict[str, Any]:
+        """What the --ledger line adds to each hit, in hit order: its annotations and, where
+        a query leg found it, its fusion (``ledger_lines`` reads it)."""
+        rows = []
+        for hit in self.annotated_hits():
+            row = {"node_id": hit["node_id"], "annotations": hit["annotations"]}
+            if "fusion" in hit:
+                row["fusion"] = hit["fusion"]
+            rows.append(row)
+        return {"hits": rows}
+
 
 @dataclass(frozen=True)
 class RecallRequest:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,93 @@ def test_a_ledger_in_a_missing_folder_is_refused_naming_the_flag(served_home: Pa
     )
     assert done.returncode == 2
     assert "--ledger" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_contradicted_recall_writes_annotations_the_client_never_gets(
+    served_home: Path,
+) -> None:
+    from tests.e2e.test_recall_after_restart import derive
+
+    ledger = served_home / "annotated.jsonl"
+
+    async def write() -> None:
+        async with Client(stdio_params(served_home, SESSION)) as client:
+            await derive(client, "agent-a", {"content": "user schema", "concept_type": "entity"})
+            await derive(
+                client,
+                "agent-c",
+                {
+                    "content": "accounts replaced the users table",
+                    "concept_type": "observation",
+                    "against": ["user schema"],
+                },
+            )
+
+    anyio.run(write)  # a fresh serve lists the stored contradiction at start
+    # the reader speaks raw JSON-RPC: what the serve wrote on stdout, before any client model
+    params = stdio_params(served_home, SESSION, "--ledger", str(ledger))
+    with subprocess.Popen(
+        [params.command, *params.args],
+        env=params.env,
+        cwd=params.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as serve:
+        rpc = _Rpc(serve)
+        rpc.ask(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        )
+        rpc.notify("notifications/initialized")
+        raw = rpc.ask(
+            "tools/call",
+            {"name": "lambo_recall", "arguments": {"agent_id": "agent-b", "query": "user schema"}},
+        )
+        assert serve.stdin is not None
+        serve.stdin.close()  # the serve stops at the end of its stdin, writing its ledger
+        assert serve.wait(timeout=60) == 0
+    answer = raw["result"]
+    assert "_lambo_ledger" not in json.dumps(raw) and "bm25_rank" not in json.dumps(raw)
+    assert all(
+        "annotations" not in h and "fusion" not in h for h in answer["structuredContent"]["hits"]
+    )
+    (line,) = [c for c in lines_of(ledger) if c.get("tool") == "lambo_recall"]
+    assert line["contradiction_warning"] is True
+    by_kind = {a["kind"]: (hit, a) for hit in line["hits"] for a in hit["annotations"]}
+    hit, contradiction = by_kind["contradiction"]
+    beside, contradicts = by_kind["contradicts"]
+    assert contradiction["line"].startswith("⚠ Contradicted at ")
+    assert contradiction["by"] == beside["node_id"] and contradicts["target"] == hit["node_id"]
+    warnings = answer["structuredContent"]["warnings"]
+    assert contradiction["line"] in warnings and contradicts["line"] in warnings
+    assert hit["fusion"]["bm25_rank"] == 1 and {"max", "rrf"} <= set(hit["fusion"])
+
+
+class _Rpc:
+    """Line-delimited JSON-RPC with a stdio serve, reading its raw answers."""
+
+    def __init__(self, serve: subprocess.Popen[str]) -> None:
+        assert serve.stdin is not None and serve.stdout is not None
+        self.stdin, self.stdout, self.next_id = serve.stdin, serve.stdout, 0
+
+    def notify(self, method: str) -> None:
+        self.stdin.write(json.dumps({"jsonrpc": "2.0", "method": method}) + "\n")
+        self.stdin.flush()
+
+    def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        self.stdin.write(json.dumps(message) + "\n")
+        self.stdin.flush()
+        while True:  # notifications may come first
+            line = self.stdout.readline()
+            assert line, "the serve closed its stdout"
+            got: dict[str, Any] = json.loads(line)
+            if got.get("id") == self.next_id:
+                assert "result" in got, got
+                return got
