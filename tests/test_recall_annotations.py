@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lambo_core.canon.history import SupersededLine
 from lambo_core.recall import RecallDefaults, recall
 from lambo_core.recall.merge import merge_recall
 from lambo_core.recall.parts import PartsError, RecallParts
@@ -106,25 +107,28 @@ class _History:
     """A demotion history that says one concept was superseded (the real one is
     test_canon's: its superseding world checks the kind end to end)."""
 
-    def __init__(self, node_id: str, line: str) -> None:
-        self.node_id, self.line = node_id, line
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
 
     def superseded(self, node_id: str) -> Any:
-        line = self.line
-        return type("L", (), {"render": lambda _self: line})() if node_id == self.node_id else None
+        if node_id != self.node_id:
+            return None
+        return SupersededLine(node_id, 0.0, nid(2), "x")
 
 
 def test_superseded_history_is_annotated_though_it_is_no_warning() -> None:
     session = port_pair().session()
-    line = '⤓ Superseded at 2025-10-09T08:55:00Z by "x" (id 00000002)'
+    line = '⤓ Superseded at 1970-01-01T00:00:00Z by "x" (id 00000002)'
     result = recall(
         session,
         {"agent_id": "a", "query": "embedder port 8080", "traversal_depth": 0},
         defaults=RecallDefaults(supersession_line="off"),
-        canon_history=_History(nid(1), line),  # type: ignore[arg-type]
+        canon_history=_History(nid(1)),  # type: ignore[arg-type]
     )
     assert line not in result.warnings and line in result.context.split("\n")
-    assert result.annotated_hits()[0]["annotations"] == [{"kind": "superseded", "line": line}]
+    assert result.annotated_hits()[0]["annotations"] == [
+        {"kind": "superseded", "line": line, "by": nid(2)}
+    ]
 
 
 def test_fusion_gives_leg_ranks_and_both_fused_values_whatever_ranked() -> None:

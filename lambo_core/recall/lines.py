@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..alerts import conflict_lines, high_risk_line
-from ..canon.history import CanonHistory
+from ..canon.history import CanonHistory, SupersededLine
 from ..context import HitBlock, pillar_line
 from ..contradiction import ContradictionInfo, is_contradicted
 from ..embed.catalog import supersession_line_measured
@@ -336,14 +336,14 @@ def _declared_between(graph: SessionGraph, a: str, b: str) -> bool:
     )
 
 
-def history_line(history: CanonHistory, node_id: str) -> str | None:
+def history_line(history: CanonHistory, node_id: str) -> SupersededLine | None:
     """The ``⤓ Superseded at …`` line of a demoted concept (history, not a warning)."""
     try:
         line = history.superseded(node_id)
     except LamboError as exc:  # the line is history: a store that cannot say leaves it out
         log.warning("superseded history of %s not read: %s", node_id, exc.detail)
         return None
-    return line.render() if line is not None else None
+    return line
 
 
 def _own_lines(
@@ -395,7 +395,7 @@ def describe(
     now: float,
     *,
     traversal: bool = False,
-    history: Callable[[str], str | None] = lambda _node_id: None,
+    history: Callable[[str], SupersededLine | None] = lambda _node_id: None,
     notes: Annotator | None = None,
     skipped: Mapping[str, Sequence[Skipped]] | None = None,
 ) -> Described:
@@ -431,9 +431,10 @@ def describe(
             own.append(line)
             notes_of.append(annotation(ANNOTATION_CONTRADICTS, line, target=target))
         also = skipped.get(cand.node_id, ()) if skipped else ()
-        past = history(cand.node_id) if not pick.pulled_in and not traversal else None
-        if past:
-            notes_of.append(annotation(ANNOTATION_SUPERSEDED, past))
+        demoted = history(cand.node_id) if not pick.pulled_in and not traversal else None
+        past = demoted.render() if demoted is not None else None
+        if demoted is not None and past:
+            notes_of.append(annotation(ANNOTATION_SUPERSEDED, past, by=demoted.by))
         out.blocks.append(
             HitBlock(
                 node_id=concept.id,
