@@ -407,10 +407,16 @@ class Serve:
         """This serve holds the session and its service answers."""
         return self.hub.role == "hub" and self.service is not None
 
-    async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def __call__(
+        self, tool: str, arguments: dict[str, Any], *, keep_ledger: bool = False
+    ) -> dict[str, Any]:
+        """One call's answer. Its ledger part (``LEDGER_KEY``) is popped, so no client gets
+        it, unless ``keep_ledger``: a layered session asking this layer, whose answer goes
+        on to that session's own serve (which pops it) rather than to a client."""
         if self.ledger is None:
             answer = await self._answer(tool, arguments)
-            answer.pop(LEDGER_KEY, None)  # the ledger's part never reaches a client
+            if not keep_ledger:
+                answer.pop(LEDGER_KEY, None)
             return answer
         started = time.monotonic()
         answer = {"isError": True}  # a protocol refusal's line
@@ -421,6 +427,8 @@ class Serve:
             if tool == "lambo_stats" and isinstance(answer.get("structuredContent"), dict):
                 # this serve's own ledger, whichever process answered the call
                 answer["structuredContent"].update(self.ledger.stats_keys(self.options.session))
+            if keep_ledger and private is not None:
+                answer = {**answer, LEDGER_KEY: private}
             return answer
         finally:
             record_call(

@@ -301,16 +301,22 @@ def test_a_layered_recall_line_carries_a_layer_hits_annotations(served_home: Pat
     async def read() -> None:
         params = stdio_params(served_home, "proj", *layered, "--ledger", str(ledger))
         async with Client(params) as client:
-            recalled = await client.call_tool(
-                "lambo_recall", {"agent_id": "agent-b", "query": "user schema"}
-            )
-            answers.append(body(recalled))
+            for scope in ({}, {"scope": "general"}):  # merged, then the layer alone
+                recalled = await client.call_tool(
+                    "lambo_recall", {"agent_id": "agent-b", "query": "user schema", **scope}
+                )
+                answers.append(body(recalled))
 
     anyio.run(write)
     anyio.run(read)  # a fresh serve of general lists the contradiction at start
-    (answer,) = answers
-    assert all("annotations" not in h for h in answer["hits"])
-    (line,) = [c for c in lines_of(ledger) if c.get("tool") == "lambo_recall"]
+    answer, scoped = answers
+    assert all("annotations" not in h for a in answers for h in a["hits"])
+    line, scoped_line = [c for c in lines_of(ledger) if c.get("tool") == "lambo_recall"]
+    # the layer read alone: its lines as it answered them, unprefixed (its own warnings)
+    assert scoped_line["scope"] == "general" and scoped_line["contradiction_warning"] is True
+    scoped_notes = [a for hit in scoped_line["hits"] for a in hit["annotations"]]
+    assert {a["kind"] for a in scoped_notes} == {"contradiction", "contradicts"}
+    assert all(a["line"] in scoped["warnings"] for a in scoped_notes)
     assert line["session_hits"].get("general", 0) >= 1
     assert line["contradiction_warning"] is True
     notes = [(hit, a) for hit in line["hits"] for a in hit["annotations"]]
