@@ -242,3 +242,21 @@ def test_a_malformed_ledger_part_is_left_out_never_copied() -> None:
     assert "annotations" not in first and "contradiction_warning" not in line
     assert second["annotations"] == [{"kind": "superseded", "line": "h"}]
     assert second["fusion"] == {"max": 0.5}
+
+
+def test_a_commands_answers_never_carry_the_ledger_part() -> None:
+    import anyio
+
+    from lambo_core.client import _public
+    from lambo_core.service import LEDGER_KEY, ToolResult
+
+    part = {"hits": [{"node_id": "n1", "annotations": []}]}
+    result = ToolResult(texts=["ctx"], structured={"hits": []}, ledger=part)
+    assert LEDGER_KEY not in result.to_json()  # the wire form a client gets by default
+    assert result.to_json(ledger=True)[LEDGER_KEY] == part  # a serve's own paths
+
+    async def hub(_tool: str, _arguments: dict[str, Any]) -> dict[str, Any]:
+        return result.to_json(ledger=True)  # as a hub answers a forwarder
+
+    answer = anyio.run(_public(hub), "lambo_recall", {})
+    assert LEDGER_KEY not in answer and answer["structuredContent"] == {"hits": []}
