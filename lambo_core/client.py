@@ -48,7 +48,7 @@ from .serve import (
     shutdown_budget,
     stop_service,
 )
-from .service import MemoryService
+from .service import LEDGER_KEY, MemoryService
 from .store import open_config_store, open_store, store_location
 from .store.base import Store
 from .store.sqlite import read_lease
@@ -129,7 +129,7 @@ async def open_client(
             forwarder = await _hub_or_free_lease(config, shared, deadline)
             if forwarder is not None:
                 try:
-                    yield forwarder.call
+                    yield _public(forwarder.call)
                 finally:
                     await forwarder.close()
                 return
@@ -301,6 +301,7 @@ async def _served_locally(
                 result = await answer_admin(service, tool, arguments)
             else:
                 result = await answer(tool, arguments)
+            result.pop(LEDGER_KEY, None)  # a serve's --ledger part; a command has no ledger
             receipt = (result.get("structuredContent") or {}).get("receipt")
             writes = tool in _WRITES or tool in ADMIN_TOOLS
             if writes and not result["isError"] and isinstance(receipt, str):
@@ -339,6 +340,18 @@ async def _served_locally(
         else:  # a write may still be committing: the lease lapses with this process instead
             _UNFINISHED.set()
             log.warning("session %s: keeping the lease until this command exits", session)
+
+
+def _public(call: Call) -> Call:
+    """``call`` with the answers a command prints: without a serve's --ledger part (the
+    hub's answer carries it for a forwarding serve's own ledger line)."""
+
+    async def public(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        answer = await call(tool, arguments)
+        answer.pop(LEDGER_KEY, None)
+        return answer
+
+    return public
 
 
 def _answering(service: MemoryService) -> Call:

@@ -8,11 +8,7 @@ model load run in the background. Spec: Transports, "More than one client on one
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -51,7 +47,8 @@ from .reach import reach_meta
 from .receipts import SettleListener
 from .scoring import start_summary_warm
 from .serve_ledger import LEDGER_CLOSE_BUDGET_S, heartbeats, record_call, record_completions
-from .service import MemoryService, ToolResult, listed_tools
+from .serve_signals import exit_without_teardown, stop_on_signal
+from .service import LEDGER_KEY, MemoryService, ToolResult, listed_tools
 from .session import EmbedderPlan, Session
 from .store import open_config_store, store_location
 from .store.base import Store
@@ -66,8 +63,6 @@ DEFAULT_SHUTDOWN_BUDGET_S = 15.0
 #: how much longer than a layer's own recall wait a merged recall waits for a layer held
 #: by another serve before it answers without it
 PROBE_MARGIN_S = 2.0
-#: the signals a serve stops cleanly on (a client's SIGTERM, Ctrl-C, a closed terminal)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -307,7 +302,8 @@ class Serve:
                 return await answer_internal(service, tool, arguments)
             if layered is not None:
                 return await layered.call(tool, arguments)
-            return (await service.call(tool, arguments)).to_json()
+            # the ledger's part rides along to Serve.__call__ (here or a forwarder's), which pops it
+            return (await service.call(tool, arguments)).to_json(ledger=True)
 
         return handle
 
@@ -425,19 +421,31 @@ class Serve:
         """This serve holds the session and its service answers."""
         return self.hub.role == "hub" and self.service is not None
 
-    async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        if self.ledger is None:
+    async def __call__(
+        self, tool: str, arguments: dict[str, Any], *, keep_ledger: bool = False
+    ) -> dict[str, Any]:
+        """One call's answer, its ledger part (``LEDGER_KEY``) popped so no client gets it,
+        and its line on this serve's ledger. ``keep_ledger``: a layered session asking this
+        layer, whose answer goes on to that session's serve, which pops the part and writes
+        the call's one line; so this serve writes none."""
+        if keep_ledger:
             return await self._answer(tool, arguments)
         started = time.monotonic()
-        answer: dict[str, Any] = {"isError": True}  # a protocol refusal's line
+        answer = {"isError": True}  # a protocol refusal's line
+        private: object = None
         try:
             answer = await self._answer(tool, arguments)
-            if tool == "lambo_stats" and isinstance(answer.get("structuredContent"), dict):
+            private = answer.pop(LEDGER_KEY, None)
+            structured = answer.get("structuredContent")
+            if self.ledger is not None and tool == "lambo_stats" and isinstance(structured, dict):
                 # this serve's own ledger, whichever process answered the call
-                answer["structuredContent"].update(self.ledger.stats_keys(self.options.session))
+                structured.update(self.ledger.stats_keys(self.options.session))
             return answer
         finally:
-            record_call(self.ledger, self.options.session, tool, arguments, answer, started)
+            if self.ledger is not None:
+                record_call(
+                    self.ledger, self.options.session, tool, arguments, answer, started, private
+                )
 
     async def _answer(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         await self.joined()
@@ -559,34 +567,3 @@ def run_stdio(config: Config, options: ServeOptions, ledger_path: Path | None = 
     served = anyio.run(serve_stdio, config, options, ledger)
     if served.unfinished:
         exit_without_teardown(0)
-
-
-def exit_without_teardown(code: int) -> None:
-    """End the process now, its output and log flushed, skipping the interpreter's teardown
-    (which would destroy onnxruntime under a thread still inside it)."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
-def exit_cleanly_until_serving() -> None:
-    """A stop signal before the serve is running (it is still importing, reading its
-    config) ends the process with 0: nothing was acked yet, so there is nothing to hand
-    on. ``serve_stdio`` takes the signals over once it serves."""
-
-    def leave(signum: int, frame: object) -> None:
-        log.info("%s before serving: nothing was acked yet; stopping", signal.Signals(signum).name)
-        raise SystemExit(0)
-
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, leave)
-
-
-async def stop_on_signal(stop: anyio.Event) -> None:
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async for signum in signals:
-            if not stop.is_set():
-                log.info("%s: stopping cleanly", signal.Signals(signum).name)
-                stop.set()

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from lambo_core import serve as serve_module
+from lambo_core import serve_signals
 from lambo_core.cli import cli
 from lambo_core.cli.serve import layers_of, served_layers
 from lambo_core.config import load_config, render_default_file
@@ -94,7 +95,7 @@ def test_a_served_layer_is_served_unlayered() -> None:
 def started(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """What `lambo serve` would start, recorded instead of run."""
     calls: list[Any] = []
-    monkeypatch.setattr(serve_module, "exit_cleanly_until_serving", lambda: None)
+    monkeypatch.setattr(serve_signals, "exit_cleanly_until_serving", lambda: None)
     monkeypatch.setattr(
         serve_module, "run_stdio", lambda config, o, ledger_path=None: calls.append(o)
     )

@@ -301,7 +301,7 @@ def test_a_stop_signal_before_the_serve_runs_exits_0(signame: str) -> None:
 
     code = (
         "import os, signal, time\n"
-        "from lambo_core.serve import exit_cleanly_until_serving\n"
+        "from lambo_core.serve_signals import exit_cleanly_until_serving\n"
         "exit_cleanly_until_serving()\n"
         f"os.kill(os.getpid(), signal.{signame})\n"
         "time.sleep(30)\n"

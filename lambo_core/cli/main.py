@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         from ..client import stop_was_unfinished
 
         if stop_was_unfinished():
-            from ..serve import exit_without_teardown
+            from ..serve_signals import exit_without_teardown
 
             exit_without_teardown(code)
     return code

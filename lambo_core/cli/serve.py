@@ -104,10 +104,11 @@ def serve(
       lambo serve --session demo --layer general
     Over HTTP, /mcp serves the first session and /mcp/s/<session> each one.
     """
-    from ..serve import ServeOptions, exit_cleanly_until_serving, run_stdio
+    from ..serve_signals import exit_cleanly_until_serving
 
-    exit_cleanly_until_serving()
+    exit_cleanly_until_serving()  # before the serve's heavy imports
     from ..config import store_flags
+    from ..serve import ServeOptions, run_stdio
     from ..text import check_agent_id
 
     flags = {

@@ -46,7 +46,9 @@ class LayerServe(Protocol):
 
     async def close(self) -> None: ...
 
-    async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
+    async def __call__(
+        self, tool: str, arguments: dict[str, Any], *, keep_ledger: bool = False
+    ) -> dict[str, Any]: ...
 
 
 class LayerUnavailable(Exception):
@@ -126,13 +128,13 @@ class LayerHandle:
         if probe and forwarded:
             result = None
             with anyio.move_on_after(call_timeout(self.probe_timeout_s, arguments)):
-                result = await self.serve(tool, arguments)
+                result = await self.serve(tool, arguments, keep_ledger=True)
             if result is None:
                 log.info("layer %s: %s was not answered within its probe bound", self.name, tool)
                 self._back_off()
                 raise LayerUnavailable("unreachable", may_have_acted=True)
         else:
-            result = await self.serve(tool, arguments)
+            result = await self.serve(tool, arguments, keep_ledger=True)
         answered = answered_by_hub(result)
         if answered is not None or self.serve.error is not None:
             log.info("layer %s: %s did not reach it (%s)", self.name, tool, answered)

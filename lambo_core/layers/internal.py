@@ -89,7 +89,7 @@ async def answer_internal(
             if name not in SERVED_TOOLS or name in WRITE_TOOLS:
                 raise ParameterError("tool must name a read tool")
             result = await service.call(name, _object(args, "arguments"), piggyback=False)
-            return result.to_json()
+            return result.to_json(ledger=True)  # on to the layered session's serve
         if tool == LAYER_WRITE:
             name = _text(args, "tool")
             if name not in WRITE_TOOLS:

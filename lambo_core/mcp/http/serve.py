@@ -41,13 +41,12 @@ from ...serve import (
     ANSWER_GRACE_S,
     Serve,
     ServeOptions,
-    exit_without_teardown,
     lease_ttl,
     shutdown_budget,
-    stop_on_signal,
     tool_names,
 )
 from ...serve_ledger import LEDGER_CLOSE_BUDGET_S, heartbeats
+from ...serve_signals import exit_without_teardown, stop_on_signal
 from ..server import build_server
 from .app import MCP_PATH, SESSION_PREFIX, Endpoint, HttpApp
 from .limits import RateLimits
