@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..errors import ReferenceRefused
 from ..gc.sweep import gc_stats
-from ..inspect import run_inspect
+from ..inspect import SHOWN_FOCUS_CHARS, run_inspect
 from ..model import IntentState, Status
 from ..recall import Ranking, RecallDefaults, recall
-from ..text import format_rfc3339
+from ..text import format_rfc3339, show_safely
 from ..version import __version__
 from .events import last_write_at
 from .view import Loaded, ReadOnlyView
@@ -231,10 +232,15 @@ class Answers:
         args: dict[str, Any] = {"agent_id": AGENT, "focus": focus}
         if depth is not None:
             args["depth"] = depth
-        return run_inspect(
-            loaded.session,
-            args,
-            promotion_policy=self._policy,
-            edge_min_age=self.view.rules.edge_min_age_s,
-            canon_history=loaded.history,
-        )
+        try:
+            return run_inspect(
+                loaded.session,
+                args,
+                promotion_policy=self._policy,
+                edge_min_age=self.view.rules.edge_min_age_s,
+                canon_history=loaded.history,
+            )
+        except ReferenceRefused as exc:
+            # the tool's refusal quotes the focus; the window's never repeats what was sent
+            quoted = f'focus "{show_safely(focus, SHOWN_FOCUS_CHARS)}"'
+            raise ReferenceRefused(exc.message.replace(quoted, "the focus", 1)) from None

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from dataclasses import dataclass
 
+import anyio
 import uvicorn
 
 from ..config import Config
@@ -20,6 +22,7 @@ from ..credentials import Credential, Verifier, resolve
 from ..errors import ConfigError
 from ..hosts import in_url, is_loopback, is_wildcard
 from ..mcp.http.serve import check_bind, listen, security_settings
+from ..serve import stop_on_signal
 from .answers import Answers
 from .api import build_app
 from .view import ReadOnlyView
@@ -54,8 +57,31 @@ class WebSettings:
         return cls(bind, port, credentials, tuple(config.get("serve.allowed_hosts")))
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handlers, which re-raise the signal once it has
+    stopped (so the process would die of it): a stop signal ends the window with 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+async def _serve_until_stopped(server: uvicorn.Server, sock: socket.socket) -> None:
+    stop = anyio.Event()
+
+    async def stop_when_asked() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_on_signal, stop)
+        tg.start_soon(stop_when_asked)
+        await server.serve(sockets=[sock])
+        tg.cancel_scope.cancel()
+
+
 def run_web(config: Config, session: str, settings: WebSettings) -> None:
-    """Serve the window until SIGINT or SIGTERM (uvicorn's own handlers end it)."""
+    """Serve the window until SIGINT or SIGTERM, then exit 0."""
     sock = listen(settings.bind, settings.port)
     try:
         view = ReadOnlyView.open(config, session)
@@ -76,7 +102,7 @@ def run_web(config: Config, session: str, settings: WebSettings) -> None:
         log.setLevel(logging.INFO)
     log.info("serve-web: session %s at http://%s:%d/ (read-only)", session, host, port)
     try:
-        server.run(sockets=[sock])
+        anyio.run(_serve_until_stopped, server, sock)
     finally:
         with contextlib.suppress(OSError):
             sock.close()
