@@ -16,6 +16,8 @@ from typing import Any
 
 from .errors import LamboError
 from .layers.internal import WRITE_TOOLS
+from .recall.fusion import FUSED_SHOWN, FUSION_RANK_KEYS
+from .recall.lines import ANNOTATION_CONTRADICTION
 from .text import check_agent_id
 
 LINE_VERSION = 1
@@ -33,6 +35,8 @@ HIT_KEYS = (
     "skipped_redundant",
     "also_skipped_redundant",
 )
+#: what a recall hit row's fusion may hold (recall.fusion.fusion_of)
+FUSION_KEYS = (*(key for _, key in FUSION_RANK_KEYS), *FUSED_SHOWN)
 #: a write receipt's counts a completion line carries (spec: lambo_stats, receipt)
 RECEIPT_COUNTS = (
     "created_count",
@@ -70,8 +74,11 @@ def call_line(
     answer: Mapping[str, Any],
     ms: float,
     at: float,
+    private: object = None,
 ) -> dict[str, Any]:
-    """One tool call's line, from the answer the client got (``ToolResult.to_json``)."""
+    """One tool call's line, from the answer the client got (``ToolResult.to_json``) and
+    the ledger's part of it the client did not get (``private``: a recall's annotations
+    and fusion per hit, ``RecallResult.ledger``)."""
     line: dict[str, Any] = {
         "v": LINE_VERSION,
         "kind": "call",
@@ -94,7 +101,7 @@ def call_line(
     if isinstance(scope, str):
         line["scope"] = _cut(scope, MAX_QUERY_BYTES)
     if tool == "lambo_recall":
-        line.update(_recall_fields(args, structured))
+        line.update(_recall_fields(args, structured, private))
     elif tool in WRITE_TOOLS:
         for key in ("receipt", "receipt_state", "session"):
             if isinstance(structured.get(key), str):
@@ -102,7 +109,9 @@ def call_line(
     return line
 
 
-def _recall_fields(args: Mapping[str, Any], structured: Mapping[str, Any]) -> dict[str, Any]:
+def _recall_fields(
+    args: Mapping[str, Any], structured: Mapping[str, Any], private: object
+) -> dict[str, Any]:
     out: dict[str, Any] = {"by": _recall_by(args)}
     query = args.get("query")
     if isinstance(query, str) and query:
@@ -113,7 +122,11 @@ def _recall_fields(args: Mapping[str, Any], structured: Mapping[str, Any]) -> di
         for hit in (hits if isinstance(hits, list) else [])
         if isinstance(hit, Mapping)
     ]
+    _annotate(rows, private)
     out["hits"] = rows
+    kinds = {note.get("kind") for row in rows for note in row.get("annotations", ())}
+    if ANNOTATION_CONTRADICTION in kinds:
+        out["contradiction_warning"] = True
     sessions: dict[str, int] = {}
     for row in rows:
         if isinstance(row.get("session"), str):
@@ -126,6 +139,32 @@ def _recall_fields(args: Mapping[str, Any], structured: Mapping[str, Any]) -> di
     warnings = structured.get("warnings")
     out["warnings"] = len(warnings) if isinstance(warnings, list) else 0
     return out
+
+
+def _annotate(rows: list[dict[str, Any]], private: object) -> None:
+    """Each hit row gains its ``annotations`` (kind, line and the ids it names) and its
+    ``fusion`` from the ledger's part, matched by position and node id; anything not as
+    ``RecallResult.ledger`` writes it is left out."""
+    extra = private.get("hits") if isinstance(private, Mapping) else None
+    if not isinstance(extra, list):
+        return
+    for row, more in zip(rows, extra, strict=False):
+        if not isinstance(more, Mapping) or more.get("node_id") != row.get("node_id"):
+            continue
+        notes = more.get("annotations")
+        if isinstance(notes, list):
+            row["annotations"] = [
+                {k: v for k, v in note.items() if isinstance(k, str) and isinstance(v, str)}
+                for note in notes
+                if isinstance(note, Mapping) and isinstance(note.get("kind"), str)
+            ]
+        fusion = more.get("fusion")
+        if isinstance(fusion, Mapping):
+            row["fusion"] = {
+                k: v
+                for k, v in fusion.items()
+                if k in FUSION_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
 
 
 def _recall_by(args: Mapping[str, Any]) -> str:

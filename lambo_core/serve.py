@@ -50,7 +50,7 @@ from .mcp.stdio import bounded_stdio_server
 from .reach import reach_meta
 from .scoring import start_summary_warm
 from .serve_ledger import LEDGER_CLOSE_BUDGET_S, heartbeats, record_call
-from .service import MemoryService, ToolResult, listed_tools
+from .service import LEDGER_KEY, MemoryService, ToolResult, listed_tools
 from .session import EmbedderPlan, Session
 from .store import open_config_store, store_location
 from .store.base import Store
@@ -294,7 +294,8 @@ class Serve:
                 return await answer_internal(service, tool, arguments)
             if layered is not None:
                 return await layered.call(tool, arguments)
-            return (await service.call(tool, arguments)).to_json()
+            # the ledger's part rides along to Serve.__call__ (here or a forwarder's), which pops it
+            return (await service.call(tool, arguments)).to_json(ledger=True)
 
         return handle
 
@@ -408,17 +409,23 @@ class Serve:
 
     async def __call__(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if self.ledger is None:
-            return await self._answer(tool, arguments)
+            answer = await self._answer(tool, arguments)
+            answer.pop(LEDGER_KEY, None)  # the ledger's part never reaches a client
+            return answer
         started = time.monotonic()
-        answer: dict[str, Any] = {"isError": True}  # a protocol refusal's line
+        answer = {"isError": True}  # a protocol refusal's line
+        private: object = None
         try:
             answer = await self._answer(tool, arguments)
+            private = answer.pop(LEDGER_KEY, None)
             if tool == "lambo_stats" and isinstance(answer.get("structuredContent"), dict):
                 # this serve's own ledger, whichever process answered the call
                 answer["structuredContent"].update(self.ledger.stats_keys(self.options.session))
             return answer
         finally:
-            record_call(self.ledger, self.options.session, tool, arguments, answer, started)
+            record_call(
+                self.ledger, self.options.session, tool, arguments, answer, started, private
+            )
 
     async def _answer(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         await self.joined()

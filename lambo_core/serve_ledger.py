@@ -48,13 +48,16 @@ def record_call(
     arguments: object,
     answer: dict[str, Any],
     started: float,
+    private: object = None,
 ) -> None:
-    """Queue the line of one call answered (``started``: its monotonic start)."""
+    """Queue the line of one call answered (``started``: its monotonic start; ``private``:
+    the answer's ledger part, ``service.LEDGER_KEY``, already popped from it)."""
     line = call_line(
         session=session,
         tool=tool,
         arguments=arguments,
         answer=answer,
+        private=private,
         ms=(time.monotonic() - started) * 1000,
         at=time.time(),
     )

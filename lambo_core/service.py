@@ -46,26 +46,40 @@ from .writes.outcome import Ack
 log = logging.getLogger(__name__)
 
 
+#: the key under which an in-process answer carries ``ToolResult.ledger`` to the serve that
+#: writes its --ledger line (across the hub wire too); ``Serve.__call__`` always pops it, so
+#: it never reaches an MCP client
+LEDGER_KEY = "_lambo_ledger"
+
+
 @dataclass
 class ToolResult:
-    """One tool call's answer: text blocks, structured content, and whether it is an error."""
+    """One tool call's answer: text blocks, structured content, and whether it is an error.
+
+    ``ledger`` is what only the --ledger line reads (a recall's annotations and fusion per
+    hit, spec: lambo_recall); the client never gets it.
+    """
 
     texts: list[str]
     structured: dict[str, Any] | None
     is_error: bool = False
+    ledger: dict[str, Any] | None = None
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
         return cls(texts=[message], structured=None, is_error=True)
 
-    def to_json(self) -> dict[str, Any]:
-        """The CallToolResult wire form (also what the hub forwards)."""
+    def to_json(self, *, ledger: bool = False) -> dict[str, Any]:
+        """The CallToolResult wire form (also what the hub forwards); with ``ledger``, the
+        ledger's part under ``LEDGER_KEY``, for a serve's own paths that pop it."""
         out: dict[str, Any] = {
             "content": [{"type": "text", "text": t} for t in self.texts],
             "isError": self.is_error,
         }
         if self.structured is not None:
             out["structuredContent"] = self.structured
+        if ledger and self.ledger is not None:
+            out[LEDGER_KEY] = self.ledger
         return out
 
 
@@ -234,7 +248,9 @@ class MemoryService:
         result = await anyio.to_thread.run_sync(
             lambda: recall(self.session, args, **self._recall_context())
         )
-        return ToolResult(texts=[result.context], structured=result.structured())
+        return ToolResult(
+            texts=[result.context], structured=result.structured(), ledger=result.ledger()
+        )
 
     def _recall_context(self) -> dict[str, Any]:
         """What a recall of this session reads beside its arguments."""

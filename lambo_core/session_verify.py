@@ -1,10 +1,13 @@
 """`lambo session verify`: one session's integrity (edges whose ends are gone, a status no
 canonization event gave, Canonical concepts over the budget) and the annotation kinds
-recall would put on its concepts now (spec: "lambo_recall", its warning lines).
+recall would put on its concepts now (spec: "lambo_recall", its warning lines); with
+``--ledger``, also the kinds a serve's --ledger recall lines of the session carried.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +39,10 @@ class VerifyReport:
     edges: int
     problems: list[str] = field(default_factory=list)
     kinds: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    ledger: LedgerKinds | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "session": self.session,
             "concepts": self.concepts,
             "edges": self.edges,
@@ -49,6 +53,69 @@ class VerifyReport:
                 for kind, ids in self.kinds.items()
             },
         }
+        if self.ledger is not None:
+            out["ledger"] = self.ledger.as_dict()
+        return out
+
+
+@dataclass
+class LedgerKinds:
+    """The annotation kinds a ledger's recall lines of one session carried: per kind, how
+    many annotations and the hits (node ids) that carried them."""
+
+    path: str
+    recall_lines: int = 0
+    malformed_lines: int = 0  # skipped, never echoed
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    hits: dict[str, set[str]] = field(default_factory=lambda: {k: set() for k in KINDS})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "recall_lines": self.recall_lines,
+            "malformed_lines": self.malformed_lines,
+            "annotation_kinds": {
+                kind: {"count": self.counts[kind], "examples": sorted(self.hits[kind])[:EXAMPLES]}
+                for kind in KINDS
+            },
+        }
+
+
+def ledger_kinds(path: str, lines: Iterable[bytes], session: str) -> LedgerKinds:
+    """Count the kinds on ``session``'s recall lines (``ledger_lines.call_line``'s hits'
+    annotations); lines of other sessions and other kinds of line are passed over, and a
+    line that is not a JSON object, or a recall line whose hits are not rows, is counted
+    as malformed."""
+    found = LedgerKinds(path)
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+        except ValueError:  # not JSON, or not UTF-8
+            found.malformed_lines += 1
+            continue
+        if not isinstance(line, dict):
+            found.malformed_lines += 1
+            continue
+        if line.get("session") != session or line.get("kind") != "call":
+            continue
+        if line.get("tool") != "lambo_recall" or line.get("outcome") != "ok":
+            continue
+        hits = line.get("hits")
+        if not isinstance(hits, list) or not all(isinstance(h, dict) for h in hits):
+            found.malformed_lines += 1
+            continue
+        found.recall_lines += 1
+        for hit in hits:
+            notes = hit.get("annotations")
+            for note in notes if isinstance(notes, list) else ():
+                kind = note.get("kind") if isinstance(note, dict) else None
+                if kind in found.counts:
+                    found.counts[kind] += 1
+                    if isinstance(hit.get("node_id"), str):
+                        found.hits[kind].add(hit["node_id"])
+    return found
 
 
 def verify_session(
@@ -133,8 +200,19 @@ def render_verify(report: VerifyReport) -> str:
     lines += [f"problem: {p}" for p in report.problems]
     lines.append("annotation kinds (concepts recall would annotate now):")
     for kind in KINDS:
-        ids = sorted(report.kinds[kind])
-        examples = ", ".join(short_id(i) for i in ids[:EXAMPLES])
-        more = f" (e.g. {examples}{', …' if len(ids) > EXAMPLES else ''})" if ids else ""
-        lines.append(f"  {kind}: {len(ids)}{more}")
+        lines.append(f"  {kind}: {len(report.kinds[kind])}{_examples(report.kinds[kind])}")
+    ledger = report.ledger
+    if ledger is not None:
+        lines.append(
+            f"annotation kinds on the ledger's recall lines ({ledger.recall_lines} line(s) "
+            f"of this session, {ledger.malformed_lines} malformed line(s) skipped):"
+        )
+        for kind in KINDS:
+            lines.append(f"  {kind}: {ledger.counts[kind]}{_examples(ledger.hits[kind])}")
     return "\n".join(lines)
+
+
+def _examples(found: Iterable[str]) -> str:
+    ids = sorted(found)
+    examples = ", ".join(short_id(i) for i in ids[:EXAMPLES])
+    return f" (e.g. {examples}{', …' if len(ids) > EXAMPLES else ''})" if ids else ""

@@ -452,6 +452,8 @@ def test_supersede_demotes_only_on_newer_support_by_other_agents(make_world: Any
     )
     assert line.render() in result.context.split("\n")
     assert line.render() not in result.warnings
+    notes = result.annotated_hits()[0]["annotations"]
+    assert {"kind": "superseded", "line": line.render(), "by": accounts} in notes
 
     text, data = world.inspect("user schema")
     lines = text.split("\n")

@@ -169,3 +169,76 @@ def test_a_heartbeat_line_is_the_stats_payload_with_the_role() -> None:
     assert line["kind"] == "heartbeat" and line["role"] == "hub"
     assert line["promotion_policy"] == "Swarm" and line["ledger_written_lines"] == 7
     assert "receipt" not in line
+
+
+def _ledger_part(**n1: Any) -> dict[str, Any]:
+    contradiction = {"kind": "contradiction", "line": "⚠ Contradicted at ... (id n3)", "by": "n3"}
+    return {
+        "hits": [
+            {
+                "node_id": "n1",
+                "annotations": [contradiction],
+                "fusion": {"bm25_rank": 1, "max": 0.9, "rrf": 1.0},
+                **n1,
+            },
+            {"node_id": "n2", "annotations": []},
+        ]
+    }
+
+
+def recall_line(private: object) -> dict[str, Any]:
+    return call_line(
+        session="s",
+        tool="lambo_recall",
+        arguments={"agent_id": "a", "query": "q"},
+        answer=recall_answer(),
+        ms=1,
+        at=AT,
+        private=private,
+    )
+
+
+def test_a_recall_line_carries_annotations_fusion_and_the_contradiction_warning() -> None:
+    line = recall_line(_ledger_part())
+    first, second = line["hits"]
+    assert first["annotations"] == [
+        {"kind": "contradiction", "line": "⚠ Contradicted at ... (id n3)", "by": "n3"}
+    ]
+    assert first["fusion"] == {"bm25_rank": 1, "max": 0.9, "rrf": 1.0}
+    assert second["annotations"] == [] and "fusion" not in second
+    assert line["contradiction_warning"] is True
+    assert "secret text" not in json.dumps(line)
+
+
+def test_no_contradiction_annotation_no_contradiction_warning() -> None:
+    part = _ledger_part(annotations=[{"kind": "rests_on_contradicted", "line": "⚠ Rests on"}])
+    line = recall_line(part)
+    assert [a["kind"] for a in line["hits"][0]["annotations"]] == ["rests_on_contradicted"]
+    assert "contradiction_warning" not in line
+    # without the ledger's part (an answer from another path): the line is as before
+    plain = recall_line(None)
+    assert "contradiction_warning" not in plain
+    assert all("annotations" not in h and "fusion" not in h for h in plain["hits"])
+
+
+def test_a_malformed_ledger_part_is_left_out_never_copied() -> None:
+    for private in ("junk", {"hits": "junk"}, {"hits": [["n1"]]}):
+        line = recall_line(private)
+        assert all("annotations" not in h for h in line["hits"])
+    # a row for another hit is not pinned on this one; odd values inside are dropped
+    line = recall_line(
+        {
+            "hits": [
+                {"node_id": "n9", "annotations": [{"kind": "contradiction", "line": "x"}]},
+                {
+                    "node_id": "n2",
+                    "annotations": [{"kind": "superseded", "line": "h", "raw": b"\x00"}, 7],
+                    "fusion": {"max": 0.5, "rrf": True, "secret": 1.0},
+                },
+            ]
+        }
+    )
+    first, second = line["hits"]
+    assert "annotations" not in first and "contradiction_warning" not in line
+    assert second["annotations"] == [{"kind": "superseded", "line": "h"}]
+    assert second["fusion"] == {"max": 0.5}

@@ -106,26 +106,46 @@ def session_group() -> None:
 @session_group.command("verify")
 @click.option("--session", required=True, help="the session to verify")
 @store_to_read
+@click.option(
+    "--ledger",
+    "ledger_path",
+    type=click.Path(exists=True, dir_okay=False, readable=True),
+    help="also count the annotation kinds on this serve --ledger file's recall lines",
+)
 @json_option
 @click.pass_context
 @reports_errors
-def verify_cmd(ctx: click.Context, session: str, store: str | None, as_json: bool) -> None:
-    """Check a session's graph and report the annotation kinds on its concepts.
+def verify_cmd(
+    ctx: click.Context, session: str, store: str | None, ledger_path: str | None, as_json: bool
+) -> None:
+    """Check a session's graph and report the annotation kinds on its concepts (and, with
+    --ledger, on a ledger's recall lines of the session).
 
     \b
     Example:
-      lambo session verify --session demo
+      lambo session verify --session demo --ledger calls.jsonl
     """
     from ..canon.rules import CanonRules
     from ..config import store_flags
-    from ..session_verify import render_verify, verify_session
+    from ..session_verify import ledger_kinds, render_verify, verify_session
     from ..store_reports import open_existing_store, require_session
 
+    seen = None
+    if ledger_path is not None:
+        try:
+            with open(ledger_path, "rb") as fh:
+                seen = ledger_kinds(ledger_path, fh, session)
+        except OSError as exc:  # gone or unreadable since click checked it
+            reason = exc.strerror or "it cannot be read"
+            raise click.BadParameter(
+                f"the ledger file cannot be read ({reason})", param_hint="'--ledger'"
+            ) from None
     config = root_config(ctx, store_flags(store))
     held = open_existing_store(config)
     try:
         require_session(held, session)
         report = verify_session(held, session, CanonRules.from_config(config), time.time())
+        report.ledger = seen
     finally:
         held.close()
     if as_json:

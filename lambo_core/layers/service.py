@@ -124,7 +124,8 @@ class LayeredService:
         if tool == "lambo_recall":
             by = recall_by(args)
             if scoped or by is not None:  # the session alone, its hits still naming it
-                result = (await service.call(tool, args, piggyback=False)).to_json()
+                answer = await service.call(tool, args, piggyback=False)
+                result = answer.to_json(ledger=True)  # the serve pops the ledger's part
                 result = _with_session(result, self.name)
                 if not scoped and by is not None:
                     _not_searched(result, by, self.name, self.visible)
@@ -213,7 +214,10 @@ class LayeredService:
             if shown and layer_parts.get(name) is not None:
                 with contextlib.suppress(LayerUnavailable):
                     await self.layers[name].call(LAYER_ACCESSED, {"node_ids": shown}, probe=True)
-        return ToolResult(texts=[merged.context], structured=merged.structured()).to_json()
+        answer = ToolResult(
+            texts=[merged.context], structured=merged.structured(), ledger=merged.ledger()
+        )
+        return answer.to_json(ledger=True)
 
     async def _layer_parts(
         self, name: str, args: dict[str, Any], refused: dict[str, str]

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..index.caches import LegResults
@@ -82,6 +82,8 @@ class Candidate:
     recent: float | None = None
     names: float = 0.0  # the share of the question's exact names its text carries
     ranks: dict[str, int] = field(default_factory=dict)  # leg -> 1-based rank
+    # the leg relevance under max and under rrf, whichever method ranked (for --ledger)
+    fused: dict[str, float] = field(default_factory=dict)
     relevance: float = 0.0
     base: float = 0.0
     score: float = 0.0
@@ -201,26 +203,53 @@ def fuse(
 
 
 def _relevance(cand: Candidate, ranking: Ranking, depth: int) -> None:
-    """``cand``'s fused leg relevance, and whether only the recent leg lifted it."""
+    """``cand``'s fused leg relevance, whether only the recent leg lifted it, and (for the
+    ledger's fusion) what ``max`` and ``rrf`` would have fused; ranking reads only its own."""
+    for method in FUSED_SHOWN:
+        cand.fused[method] = _fused(cand, method, ranking, depth)[0]
+    cand.relevance, without = _fused(cand, ranking.method, ranking, depth)
+    cand.lifted_by_recent = not ranking.tiebreak and cand.relevance > without and not cand.named
+
+
+def _fused(cand: Candidate, method: str, ranking: Ranking, depth: int) -> tuple[float, float]:
+    """(``cand``'s leg relevance under ``method``, the same without the recent leg)."""
     top, bottom = 1.0 / (ranking.rrf_k + 1), 1.0 / (ranking.rrf_k + depth + 1)
 
     def rrf(rank: int) -> float:
         return (1.0 / (ranking.rrf_k + rank) - bottom) / (top - bottom)
 
-    if ranking.method == "rrf":
+    if method == "rrf":
         without = sum(rrf(r) for leg, r in cand.ranks.items() if leg != LEG_RECENT)
     else:
         scores = [s for s in (cand.keyword, cand.vector) if s is not None]
-        without = sum(scores) if ranking.method == "sum" else max(scores, default=0.0)
+        without = sum(scores) if method == "sum" else max(scores, default=0.0)
     if cand.recent is None:
-        cand.relevance = without
-    elif ranking.tiebreak:
-        cand.relevance = without + RECENT_NUDGE
-    elif ranking.method == "rrf":
-        cand.relevance = without + RECENT_SCORE * rrf(cand.ranks[LEG_RECENT])
-    else:
-        cand.relevance = max(without, cand.recent)
-    cand.lifted_by_recent = not ranking.tiebreak and cand.relevance > without and not cand.named
+        return without, without
+    if ranking.tiebreak:
+        return without + RECENT_NUDGE, without
+    if method == "rrf":
+        return without + RECENT_SCORE * rrf(cand.ranks[LEG_RECENT]), without
+    return max(without, cand.recent), without
+
+
+# the ledger's leg names for a hit's ranks (spec: lambo_recall, "With --ledger ...")
+FUSION_RANK_KEYS = (
+    (LEG_KEYWORD, "bm25_rank"),
+    (LEG_RECENT, "recent_rank"),
+    (LEG_VECTOR, "vector_rank"),
+)
+FUSED_SHOWN = ("max", "rrf")
+
+
+def fusion_of(cand: Candidate) -> dict[str, Any] | None:
+    """A hit's fusion: its rank in each leg that found it and both fused values; None for
+    a hit no query leg found (graph expansion, a concept beside a contradicted hit)."""
+    if not cand.ranks:
+        return None
+    ranks = cand.ranks
+    out: dict[str, Any] = {key: ranks[leg] for leg, key in FUSION_RANK_KEYS if leg in ranks}
+    out.update((m, round(cand.fused[m], 6)) for m in FUSED_SHOWN if m in cand.fused)
+    return out
 
 
 def rank_key(cand: Candidate, ranking: Ranking) -> tuple[int, float, str]:

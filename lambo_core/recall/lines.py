@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..alerts import conflict_lines, high_risk_line
-from ..canon.history import CanonHistory
+from ..canon.history import CanonHistory, SupersededLine
 from ..context import HitBlock, pillar_line
 from ..contradiction import ContradictionInfo, is_contradicted
 from ..embed.catalog import supersession_line_measured
@@ -28,6 +28,7 @@ from .request import RecallDefaults
 if TYPE_CHECKING:
     from ..alerts import Holder
     from ..index.graph import SessionGraph
+    from ..model import Concept
     from ..session import Session
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,37 @@ log = logging.getLogger(__name__)
 
 QUOTE_CHARS = 80
 RESTS_ON_LINES = 3
+
+# A hit's annotation kinds: which of its lines is which (spec: lambo_recall, the portal's
+# /api/recall hits[].annotations and the --ledger recall line). Not in structuredContent.
+ANNOTATION_CONTRADICTION = "contradiction"  # the hit's own Contradicted line
+ANNOTATION_CONTRADICTS = "contradicts"  # the concept beside it: its Contradicts line
+ANNOTATION_RESTS_ON = "rests_on_contradicted"  # each rests-on line
+ANNOTATION_POSSIBLY_SUPERSEDED = "possibly_superseded"  # the possibly-superseded line
+ANNOTATION_SUPERSEDED = "superseded"  # the superseded history that ends a block
+ANNOTATION_KINDS = (
+    ANNOTATION_CONTRADICTION,
+    ANNOTATION_CONTRADICTS,
+    ANNOTATION_RESTS_ON,
+    ANNOTATION_POSSIBLY_SUPERSEDED,
+    ANNOTATION_SUPERSEDED,
+)
+
+
+def annotation(kind: str, line: str, **ids: str) -> dict[str, str]:
+    """One annotation: its kind, the exact line the hit shows, and the ids it names."""
+    return {"kind": kind, "line": line, **ids}
+
+
+@dataclass
+class Described:
+    """``describe``'s output, one entry per hit in order: its block, its structured hit,
+    its warning lines and its annotations."""
+
+    blocks: list[HitBlock] = field(default_factory=list)
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[tuple[str, ...]] = field(default_factory=list)
+    annotations: list[tuple[dict[str, str], ...]] = field(default_factory=list)
 
 
 @dataclass
@@ -148,6 +180,14 @@ def contradicts_line(graph: SessionGraph, node_id: str) -> str:
 
 def rests_on_lines(graph: SessionGraph, node_id: str, now: float, edge_min_age: float) -> list[str]:
     """One line per contradicted concept the hit cites directly, at most 3, then a summary."""
+    return [line for line, _ in rests_on_annotated(graph, node_id, now, edge_min_age)]
+
+
+def rests_on_annotated(
+    graph: SessionGraph, node_id: str, now: float, edge_min_age: float
+) -> list[tuple[str, dict[str, str]]]:
+    """``rests_on_lines`` with what each line names: the cited concept and the one that
+    contradicts it (the summary line names none)."""
     found: list[tuple[str, ContradictionInfo]] = []
     for edge in graph.edges_out(node_id, (EdgeType.DEPENDENCY,)):
         cited = edge.dst
@@ -159,20 +199,21 @@ def rests_on_lines(graph: SessionGraph, node_id: str, now: float, edge_min_age: 
         if info is not None:
             found.append((cited, info))
     found.sort(key=lambda pair: pair[0])
-    lines = []
+    lines: list[tuple[str, dict[str, str]]] = []
     for cited, info in found[:RESTS_ON_LINES]:
         target = graph.concept(cited)
         by = graph.concept(info.by)
         cited_text = show_safely(target.content, QUOTE_CHARS) if target is not None else ""
         by_text = f'"{show_safely(by.content, QUOTE_CHARS)}" ' if by is not None else ""
-        lines.append(
+        line = (
             f'⚠ Rests on a contradicted concept: "{cited_text}" (id {short_id(cited)}), '
             f"contradicted by {by_text}(id {short_id(info.by)})"
         )
+        lines.append((line, {"cited": cited, "by": info.by}))
     more = len(found) - RESTS_ON_LINES
     if more > 0:
         noun = "concept" if more == 1 else "concepts"
-        lines.append(f"⚠ Rests on {more} more contradicted {noun}")
+        lines.append((f"⚠ Rests on {more} more contradicted {noun}", {}))
     return lines
 
 
@@ -265,16 +306,26 @@ class Annotator:
 
     def superseded_line(self, replaced_by: Sequence[str], shown: Collection[str]) -> str | None:
         """The line naming the newest replacement that is in the result, where it is shown."""
-        if not self.supersession_line:
-            return None
-        newer = next((node_id for node_id in replaced_by if node_id in shown), None)
-        concept = self.graph.concept(newer) if newer is not None else None
+        concept = self._shown_replacement(replaced_by, shown)
         if concept is None:
             return None
         return (
             f'⚠ Possibly superseded by "{show_safely(concept.content, QUOTE_CHARS)}" '
             f"(id {short_id(concept.id)}), not declared"
         )
+
+    def shown_replacement(self, replaced_by: Sequence[str], shown: Collection[str]) -> str | None:
+        """The id ``superseded_line`` names (None where it shows none)."""
+        concept = self._shown_replacement(replaced_by, shown)
+        return concept.id if concept is not None else None
+
+    def _shown_replacement(
+        self, replaced_by: Sequence[str], shown: Collection[str]
+    ) -> Concept | None:
+        if not self.supersession_line:
+            return None
+        newer = next((node_id for node_id in replaced_by if node_id in shown), None)
+        return self.graph.concept(newer) if newer is not None else None
 
 
 def _declared_between(graph: SessionGraph, a: str, b: str) -> bool:
@@ -285,14 +336,56 @@ def _declared_between(graph: SessionGraph, a: str, b: str) -> bool:
     )
 
 
-def history_line(history: CanonHistory, node_id: str) -> str | None:
+def history_line(history: CanonHistory, node_id: str) -> SupersededLine | None:
     """The ``⤓ Superseded at …`` line of a demoted concept (history, not a warning)."""
     try:
         line = history.superseded(node_id)
     except LamboError as exc:  # the line is history: a store that cannot say leaves it out
         log.warning("superseded history of %s not read: %s", node_id, exc.detail)
         return None
-    return line.render() if line is not None else None
+    return line
+
+
+def _own_lines(
+    graph: SessionGraph,
+    pick: Pick,
+    radius: int,
+    own: list[str],
+    notes_of: list[dict[str, str]],
+    defaults: RecallDefaults,
+    now: float,
+    traversal: bool,
+    notes: Annotator | None,
+    shown: Collection[str],
+) -> list[str]:
+    """A hit's own lines, before any Contradicts line, onto ``own`` and their annotations
+    onto ``notes_of``; returns the concepts flagged as possibly replacing it."""
+    node_id = pick.cand.node_id
+    if radius >= defaults.pillar_threshold:
+        own.append(pillar_line(radius))
+    risk = notes.high_risk(node_id, radius) if notes is not None else None
+    if risk is not None:
+        own.append(risk)
+    if traversal:
+        return []
+    if notes is not None:
+        own.extend(notes.conflicts(node_id))
+    if pick.contradiction is not None:
+        line = contradicted_line(graph, pick.contradiction)
+        own.append(line)
+        notes_of.append(annotation(ANNOTATION_CONTRADICTION, line, by=pick.contradiction.by))
+    for line, ids in rests_on_annotated(graph, node_id, now, defaults.edge_min_age_s):
+        own.append(line)
+        notes_of.append(annotation(ANNOTATION_RESTS_ON, line, **ids))
+    if notes is None:
+        return []
+    replaced_by = notes.replacements(node_id)
+    flagged = notes.superseded_line(replaced_by, shown)
+    newer = notes.shown_replacement(replaced_by, shown)
+    if flagged is not None and newer is not None:
+        own.append(flagged)
+        notes_of.append(annotation(ANNOTATION_POSSIBLY_SUPERSEDED, flagged, by=newer))
+    return replaced_by
 
 
 def describe(
@@ -302,11 +395,11 @@ def describe(
     now: float,
     *,
     traversal: bool = False,
-    history: Callable[[str], str | None] = lambda _node_id: None,
+    history: Callable[[str], SupersededLine | None] = lambda _node_id: None,
     notes: Annotator | None = None,
     skipped: Mapping[str, Sequence[Skipped]] | None = None,
-) -> tuple[list[HitBlock], list[dict[str, Any]], list[tuple[str, ...]]]:
-    """Blocks, structured hits and each hit's warning lines for the picked hits (lock held).
+) -> Described:
+    """Blocks, structured hits, warning lines and annotations of the picked hits (lock held).
 
     The warnings are the block's lines less the superseded history, which ends
     the block and is not a warning.
@@ -318,9 +411,7 @@ def describe(
     lines; a concept pulled in beside a contradicted hit only its Contradicts
     line.
     """
-    blocks: list[HitBlock] = []
-    hits: list[dict[str, Any]] = []
-    lines: list[tuple[str, ...]] = []
+    out = Described()
     shown = {pick.cand.node_id for pick in picks}
     for pick in picks:
         cand = pick.cand
@@ -329,28 +420,22 @@ def describe(
             continue
         radius = graph.blast_radius(cand.node_id)
         own: list[str] = []
+        notes_of: list[dict[str, str]] = []
         replaced_by: list[str] = []
         if not pick.pulled_in:
-            if radius >= defaults.pillar_threshold:
-                own.append(pillar_line(radius))
-            risk = notes.high_risk(cand.node_id, radius) if notes is not None else None
-            if risk is not None:
-                own.append(risk)
-            if notes is not None and not traversal:
-                own.extend(notes.conflicts(cand.node_id))
-            if pick.contradiction is not None and not traversal:
-                own.append(contradicted_line(graph, pick.contradiction))
-            if not traversal:
-                own.extend(rests_on_lines(graph, cand.node_id, now, defaults.edge_min_age_s))
-            if notes is not None and not traversal:
-                replaced_by = notes.replacements(cand.node_id)
-                line = notes.superseded_line(replaced_by, shown)
-                if line is not None:
-                    own.append(line)
-        own.extend(contradicts_line(graph, target) for target in pick.contradicts)
+            replaced_by = _own_lines(
+                graph, pick, radius, own, notes_of, defaults, now, traversal, notes, shown
+            )
+        for target in pick.contradicts:
+            line = contradicts_line(graph, target)
+            own.append(line)
+            notes_of.append(annotation(ANNOTATION_CONTRADICTS, line, target=target))
         also = skipped.get(cand.node_id, ()) if skipped else ()
-        past = history(cand.node_id) if not pick.pulled_in and not traversal else None
-        blocks.append(
+        demoted = history(cand.node_id) if not pick.pulled_in and not traversal else None
+        past = demoted.render() if demoted is not None else None
+        if demoted is not None and past:
+            notes_of.append(annotation(ANNOTATION_SUPERSEDED, past, by=demoted.by))
+        out.blocks.append(
             HitBlock(
                 node_id=concept.id,
                 content=concept.content,
@@ -380,6 +465,7 @@ def describe(
             hit["possibly_superseded_by"] = replaced_by[0]
         if also:
             hit["skipped_redundant"] = skipped_structured(also)
-        hits.append(hit)
-        lines.append(tuple(own))
-    return blocks, hits, lines
+        out.hits.append(hit)
+        out.lines.append(tuple(own))
+        out.annotations.append(tuple(notes_of))
+    return out

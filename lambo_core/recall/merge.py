@@ -42,6 +42,7 @@ from ..context import HitBlock, render_context
 from ..model import short_id
 from ..selection import ALSO_SHOWN
 from .fusion import PLACED_KEPT
+from .lines import ANNOTATION_CONTRADICTION, ANNOTATION_SUPERSEDED
 from .parts import (
     BASIS_TRAVERSAL,
     KEPT_COMPANION,
@@ -133,17 +134,20 @@ def merge_recall(
         warnings += [layer_prefix(source.name) + line for line in source.parts.warnings]
     blocks: list[HitBlock] = []
     hits: list[dict[str, Any]] = []
+    annotations: list[list[dict[str, str]]] = []
     for entry in shown:
         block, hit, lines = _render_entry(entry)
         blocks.append(block)
         hits.append(hit)
         warnings += lines
+        annotations.append(_annotations(entry))
     rendered = render_context(
         blocks, max_tokens, header=_header(sources, shown), notice=_notice(sources)
     )
     if rendered.truncated is not None:
         hits[rendered.truncated]["truncated_in_context"] = True
-    return RecallResult(rendered.context, hits, warnings)
+    fusion = [entry.hit.fusion for entry in shown]
+    return RecallResult(rendered.context, hits, warnings, annotations, fusion)
 
 
 def scoped_result(result: RecallResult, session: str, *, layer: bool) -> RecallResult:
@@ -153,7 +157,7 @@ def scoped_result(result: RecallResult, session: str, *, layer: bool) -> RecallR
     warnings = list(result.warnings)
     if layer:
         warnings.insert(0, SCOPED_LAYER_WARNING.format(layer=session))
-    return RecallResult(result.context, hits, warnings)
+    return RecallResult(result.context, hits, warnings, result.annotations, result.fusion)
 
 
 def shown_ids(result: RecallResult, session: str) -> list[str]:
@@ -272,6 +276,31 @@ def _render_entry(entry: _Shown) -> tuple[HitBlock, dict[str, Any], list[str]]:
         if copy.contradiction_line is not None:
             lines.append(layer_prefix(other.name) + copy.contradiction_line)
     return block, hit, lines
+
+
+def _annotations(entry: _Shown) -> list[dict[str, str]]:
+    """A shown hit's annotations, their lines as the merged result shows them (a layer's
+    prefixed, as its warning lines are; the superseded history is not), then each merged
+    copy's Contradicted line, naming the copy's session."""
+    prefix = layer_prefix(entry.source.name) if entry.source.layer else ""
+    out = [
+        note if note["kind"] == ANNOTATION_SUPERSEDED else {**note, "line": prefix + note["line"]}
+        for note in (dict(n) for n in entry.hit.annotations)
+    ]
+    for other, copy in entry.merged:
+        line = copy.contradiction_line
+        if line is None:
+            continue
+        own = next((n for n in copy.annotations if n["line"] == line), {})
+        out.append(
+            {
+                **own,
+                "kind": ANNOTATION_CONTRADICTION,
+                "line": layer_prefix(other.name) + line,
+                "session": other.name,
+            }
+        )
+    return out
 
 
 def _also_in(node_ids: Sequence[str], session: str) -> str:

@@ -12,14 +12,13 @@ beside a contradicted hit) has none.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..context import HitBlock
 from ..model import ESTABLISHED
 from ..repo_scope import concept_scoped_key
-from .fusion import Candidate, coverage
+from .fusion import Candidate, coverage, fusion_of
 from .legs import keyword_query
-from .lines import Annotator, Pick, contradicted_line
+from .lines import Annotator, Described, Pick, contradicted_line
 from .parts import (
     BASIS_GRAPH,
     BASIS_KEYWORD,
@@ -78,16 +77,17 @@ def dedupe_key(concept: Concept) -> tuple[str, ...]:
 def part_hits(
     graph: SessionGraph,
     picks: Sequence[Pick],
-    described: tuple[list[HitBlock], list[dict[str, Any]], list[tuple[str, ...]]],
+    described: Described,
     relevance: QueryRelevance | None,
     notes: Annotator | None,
 ) -> list[PartHit]:
     """The picks with ``describe``'s output (lock held). ``relevance`` None: a dependency
     question's answer, whose hits pass a layer's floor by its anchor."""
-    blocks, hits, warnings = described
     by_id = {p.cand.node_id: p for p in picks}
     out = []
-    for block, hit, lines in zip(blocks, hits, warnings, strict=True):
+    for block, hit, lines, notes_of in zip(
+        described.blocks, described.hits, described.lines, described.annotations, strict=True
+    ):
         pick = by_id[block.node_id]
         concept = graph.concept(block.node_id)
         assert concept is not None  # described under the same lock
@@ -115,6 +115,8 @@ def part_hits(
                     if contradicted and pick.contradiction is not None and relevance is not None
                     else None
                 ),
+                annotations=notes_of,
+                fusion=fusion_of(pick.cand) if relevance is not None else None,
             )
         )
     return out

@@ -59,7 +59,9 @@ class PartHit:
     past top_k wherever it ranks (a contradicted Canonical or Venerable hit, or
     a conflict). ``contradicted_by`` and ``contradiction_line`` are its own
     Contradicted line's concept and text, for a merged copy whose block is not
-    shown.
+    shown. ``annotations`` say which of its lines is which kind (``lines.annotation``);
+    ``fusion`` is its leg ranks and fused values (``fusion.fusion_of``). Neither reaches
+    structuredContent: the portal's REST API and the --ledger line read them.
     """
 
     block: HitBlock
@@ -72,6 +74,8 @@ class PartHit:
     key: tuple[str, ...] = ()
     contradicted_by: str | None = None
     contradiction_line: str | None = None
+    annotations: tuple[dict[str, str], ...] = ()
+    fusion: dict[str, Any] | None = None
 
     @property
     def node_id(self) -> str:
@@ -162,6 +166,8 @@ def _hit_json(hit: PartHit) -> dict[str, Any]:
         "key": list(hit.key),
         "contradicted_by": hit.contradicted_by,
         "contradiction_line": hit.contradiction_line,
+        "annotations": [dict(a) for a in hit.annotations],
+        "fusion": hit.fusion,
     }
 
 
@@ -214,7 +220,35 @@ def _hit_from(data: object) -> PartHit:
         key=_strings(d, "key"),
         contradicted_by=_optional(d, "contradicted_by", str),
         contradiction_line=_optional(d, "contradiction_line", str),
+        annotations=_annotations(d),
+        fusion=_fusion(d),
     )
+
+
+def _annotations(d: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
+    """A hit's annotations: objects of strings with a kind and a line (absent: none)."""
+    if d.get("annotations") is None:
+        return ()
+    out = []
+    for item in _of(d, "annotations", list):
+        note = _mapping(item, "annotation")
+        if not all(isinstance(v, str) for v in note.values()) or not {"kind", "line"} <= set(note):
+            raise PartsError("annotation: needs a kind and a line, every value a string")
+        out.append(dict(note))
+    return tuple(out)
+
+
+def _fusion(d: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A hit's fusion: leg ranks and fused values, every one a finite number."""
+    if d.get("fusion") is None:
+        return None
+    fusion = dict(_mapping(d.get("fusion"), "fusion"))
+    for value in fusion.values():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PartsError("fusion: every value must be a number")
+        if not math.isfinite(value):
+            raise PartsError("fusion: every value must be finite")
+    return fusion
 
 
 def _dependency_from(data: object) -> DependencyPart:

@@ -352,4 +352,10 @@ def finish(session: Session, parts: RecallParts) -> RecallResult:
     if rendered.truncated is not None:
         hits[rendered.truncated]["truncated_in_context"] = True
     session.access_counts.record(hit["node_id"] for hit in hits)
-    return RecallResult(rendered.context, hits, parts.all_warnings())
+    return RecallResult(
+        rendered.context,
+        hits,
+        parts.all_warnings(),
+        annotations=[list(hit.annotations) for hit in parts.hits],
+        fusion=[hit.fusion for hit in parts.hits],
+    )

@@ -78,14 +78,45 @@ class RecallDefaults:
 
 @dataclass
 class RecallResult:
-    """The context block (the tool's text), the hits and the warnings."""
+    """The context block (the tool's text), the hits and the warnings.
+
+    ``annotations`` and ``fusion`` hold each hit's, in hit order (empty lists: none
+    known); they never enter structuredContent (spec: lambo_recall, the annotation kinds),
+    only ``annotated_hits``, which the portal's REST API and the --ledger line read.
+    """
 
     context: str
     hits: list[dict[str, Any]]
     warnings: list[str]
+    annotations: list[list[dict[str, str]]] = field(default_factory=list)
+    fusion: list[dict[str, Any] | None] = field(default_factory=list)
 
     def structured(self) -> dict[str, Any]:
         return {"context": self.context, "hits": self.hits, "warnings": self.warnings}
+
+    def annotated_hits(self) -> list[dict[str, Any]]:
+        """The structured hits, each with its ``annotations`` (a list, empty when none) and
+        its ``fusion`` where a query leg found it."""
+        out = []
+        for i, hit in enumerate(self.hits):
+            notes = self.annotations[i] if i < len(self.annotations) else []
+            row = {**hit, "annotations": [dict(note) for note in notes]}
+            fusion = self.fusion[i] if i < len(self.fusion) else None
+            if fusion is not None:
+                row["fusion"] = dict(fusion)
+            out.append(row)
+        return out
+
+    def ledger(self) -> dict[str, Any]:
+        """What the --ledger line adds to each hit, in hit order: its annotations and, where
+        a query leg found it, its fusion (``ledger_lines`` reads it)."""
+        rows = []
+        for hit in self.annotated_hits():
+            row = {"node_id": hit["node_id"], "annotations": hit["annotations"]}
+            if "fusion" in hit:
+                row["fusion"] = hit["fusion"]
+            rows.append(row)
+        return {"hits": rows}
 
 
 @dataclass(frozen=True)

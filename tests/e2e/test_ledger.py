@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,176 @@ def test_a_ledger_in_a_missing_folder_is_refused_naming_the_flag(served_home: Pa
     )
     assert done.returncode == 2
     assert "--ledger" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_contradicted_recall_writes_annotations_the_client_never_gets(
+    served_home: Path,
+) -> None:
+    ledger = served_home / "annotated.jsonl"
+
+    anyio.run(write_contradiction, served_home)  # a fresh serve lists it at start
+    # the reader speaks raw JSON-RPC: what the serve wrote on stdout, before any client model
+    params = stdio_params(served_home, SESSION, "--ledger", str(ledger))
+    with subprocess.Popen(
+        [params.command, *params.args],
+        env=params.env,
+        cwd=params.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as serve:
+        rpc = _Rpc(serve)
+        rpc.ask(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        )
+        rpc.notify("notifications/initialized")
+        raw = rpc.ask(
+            "tools/call",
+            {"name": "lambo_recall", "arguments": {"agent_id": "agent-b", "query": "user schema"}},
+        )
+        assert serve.stdin is not None
+        serve.stdin.close()  # the serve stops at the end of its stdin, writing its ledger
+        assert serve.wait(timeout=60) == 0
+    answer = raw["result"]
+    assert "_lambo_ledger" not in json.dumps(raw) and "bm25_rank" not in json.dumps(raw)
+    assert all(
+        "annotations" not in h and "fusion" not in h for h in answer["structuredContent"]["hits"]
+    )
+    (line,) = [c for c in lines_of(ledger) if c.get("tool") == "lambo_recall"]
+    assert line["contradiction_warning"] is True
+    by_kind = {a["kind"]: (hit, a) for hit in line["hits"] for a in hit["annotations"]}
+    hit, contradiction = by_kind["contradiction"]
+    beside, contradicts = by_kind["contradicts"]
+    assert contradiction["line"].startswith("⚠ Contradicted at ")
+    assert contradiction["by"] == beside["node_id"] and contradicts["target"] == hit["node_id"]
+    warnings = answer["structuredContent"]["warnings"]
+    assert contradiction["line"] in warnings and contradicts["line"] in warnings
+    assert hit["fusion"]["bm25_rank"] == 1 and {"max", "rrf"} <= set(hit["fusion"])
+
+
+async def write_contradiction(home: Path) -> None:
+    """ "user schema", then agent-c's concept against it, through a serve that then stops."""
+    from tests.e2e.test_recall_after_restart import derive
+
+    async with Client(stdio_params(home, SESSION)) as client:
+        await derive(client, "agent-a", {"content": "user schema", "concept_type": "entity"})
+        await derive(
+            client,
+            "agent-c",
+            {
+                "content": "accounts replaced the users table",
+                "concept_type": "observation",
+                "against": ["user schema"],
+            },
+        )
+
+
+def test_a_forwarder_records_the_annotations_the_hub_answered(served_home: Path) -> None:
+    """The ledger's part crosses the hub wire: a forwarder's own line carries it."""
+    ledger = served_home / "forwarder.jsonl"
+    answers: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with Client(stdio_params(served_home, SESSION)) as hub:
+            body(await hub.call_tool("lambo_stats", {"agent_id": "hub"}))  # it holds the lease
+            params = stdio_params(served_home, SESSION, "--ledger", str(ledger))
+            async with Client(params) as forwarder:
+                recalled = await forwarder.call_tool(
+                    "lambo_recall", {"agent_id": "agent-b", "query": "user schema"}
+                )
+                answers.append(body(recalled))
+
+    anyio.run(write_contradiction, served_home)
+    anyio.run(scenario)
+    (answer,) = answers
+    assert all("annotations" not in h for h in answer["hits"])
+    lines = lines_of(ledger)
+    assert {b["role"] for b in lines if b["kind"] == "heartbeat"} == {"forwarder"}
+    (line,) = [c for c in lines if c.get("tool") == "lambo_recall"]
+    assert line["contradiction_warning"] is True
+    kinds = [a["kind"] for hit in line["hits"] for a in hit["annotations"]]
+    assert sorted(kinds) == ["contradiction", "contradicts"]
+    assert all(a["line"] in answer["warnings"] for h in line["hits"] for a in h["annotations"])
+
+
+class _Rpc:
+    """Line-delimited JSON-RPC with a stdio serve, reading its raw answers."""
+
+    def __init__(self, serve: subprocess.Popen[str]) -> None:
+        assert serve.stdin is not None and serve.stdout is not None
+        self.stdin, self.stdout, self.next_id = serve.stdin, serve.stdout, 0
+
+    def notify(self, method: str) -> None:
+        self.stdin.write(json.dumps({"jsonrpc": "2.0", "method": method}) + "\n")
+        self.stdin.flush()
+
+    def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        self.stdin.write(json.dumps(message) + "\n")
+        self.stdin.flush()
+        while True:  # notifications may come first
+            line = self.stdout.readline()
+            assert line, "the serve closed its stdout"
+            got: dict[str, Any] = json.loads(line)
+            if got.get("id") == self.next_id:
+                assert "result" in got, got
+                return got
+
+
+def test_a_layered_recall_line_carries_a_layer_hits_annotations(served_home: Path) -> None:
+    """The merged recall's ledger part: a layer hit's annotation lines start with the
+    layer's name, as its warnings do."""
+    ledger = served_home / "layered.jsonl"
+    layered = ("--layer", "general")
+    answers: list[dict[str, Any]] = []
+
+    async def write() -> None:
+        async with Client(stdio_params(served_home, "proj", *layered)) as client:
+            for agent, concept in (
+                ("agent-a", {"content": "user schema", "concept_type": "entity"}),
+                (
+                    "agent-c",
+                    {
+                        "content": "accounts replaced the users table",
+                        "concept_type": "observation",
+                        "against": ["user schema"],
+                    },
+                ),
+            ):
+                ack = await client.call_tool(
+                    "lambo_derive", {"agent_id": agent, "scope": "general", "concepts": [concept]}
+                )
+                receipt = body(ack)["receipt"]
+                stats = body(
+                    await client.call_tool(
+                        "lambo_stats", {"agent_id": agent, "receipt": receipt, "wait_ms": 30_000}
+                    )
+                )
+                assert stats["receipt"]["state"] == "applied"
+
+    async def read() -> None:
+        params = stdio_params(served_home, "proj", *layered, "--ledger", str(ledger))
+        async with Client(params) as client:
+            recalled = await client.call_tool(
+                "lambo_recall", {"agent_id": "agent-b", "query": "user schema"}
+            )
+            answers.append(body(recalled))
+
+    anyio.run(write)
+    anyio.run(read)  # a fresh serve of general lists the contradiction at start
+    (answer,) = answers
+    assert all("annotations" not in h for h in answer["hits"])
+    (line,) = [c for c in lines_of(ledger) if c.get("tool") == "lambo_recall"]
+    assert line["session_hits"].get("general", 0) >= 1
+    assert line["contradiction_warning"] is True
+    notes = [(hit, a) for hit in line["hits"] for a in hit["annotations"]]
+    assert notes and all(a["line"].startswith("[general] ⚠") for _, a in notes)
+    assert all(a["line"] in answer["warnings"] for _, a in notes)
+    hit = next(h for h, a in notes if a["kind"] == "contradiction")
+    assert hit["session"] == "general" and "fusion" in hit
