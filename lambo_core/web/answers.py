@@ -175,7 +175,9 @@ class Answers:
             "query": query,
             "context": result.context,
             "warnings": result.warnings,
-            "hits": result.hits,
+            # each hit with its annotations (kind, line, ...) and fusion, as the spec has
+            # /api/recall's hits[].annotations
+            "hits": result.annotated_hits(),
         }
 
     def inspect(self, focus: str, depth: int | None = None) -> dict[str, Any]:

@@ -75,6 +75,12 @@ def test_the_page_shows_counts_recall_gates_and_graph(
             colour = pillar.evaluate("el => getComputedStyle(el).color")
             assert colour != contradiction.first.evaluate("el => getComputedStyle(el).color")
 
+            # the hits' annotation kinds (/api/recall's hits[].annotations) beside them
+            schema_hit = page.locator("#recall-out .line-hit", has_text="user schema [Entity")
+            sync_api.expect(schema_hit.locator(".annotation")).to_have_text(["contradiction"])
+            kinds = set(page.locator("#recall-out .annotation").all_inner_texts())
+            assert {"contradiction", "contradicts", "rests_on_contradicted"} <= kinds
+
             # a concept from the recall: a dependent, still short of Candidate
             page.locator("#recall-out .line-hit", has_text="GET /users/{id}").click()
             stage = page.locator("#gate-stage")
@@ -89,7 +95,9 @@ def test_the_page_shows_counts_recall_gates_and_graph(
             # its neighbourhood as a graph, drawn by cytoscape
             page.click("#show-graph")
             sync_api.expect(page.locator("#graph canvas").first).to_be_attached(timeout=WAIT_MS)
-            page.wait_for_function("window.lamboGraph && window.lamboGraph.nodes().length > 1")
+            page.wait_for_function(
+                "() => window.lamboGraph && window.lamboGraph.nodes().length > 1"
+            )
             drawn = page.evaluate("window.lamboGraph.nodes().length")
             focus = page.evaluate("window.lamboGraph.nodes('[focus = 1]').data('label')")
             assert drawn > 1 and focus.startswith("GET /users/{id}")
@@ -100,8 +108,9 @@ def test_the_page_shows_counts_recall_gates_and_graph(
                 ".emit('tap')"
             )
             sync_api.expect(stage).to_have_text("Canonical (the last stage)", timeout=WAIT_MS)
+            # a function, not an expression: the page's CSP forbids eval, which an expression needs
             page.wait_for_function(
-                "window.lamboGraph.nodes('[focus = 1]').data('label') === 'user schema'"
+                "() => window.lamboGraph.nodes('[focus = 1]').data('label') === 'user schema'"
             )
             page.screenshot(path=str(shot), full_page=True)
             assert errors == []

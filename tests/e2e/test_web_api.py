@@ -79,6 +79,13 @@ def test_each_endpoint_answers_from_the_store(lambo_home: Path, demo: Path) -> N
         assert any(line.startswith("⚠ Contradicted at") for line in recalled["warnings"])
         assert "⚠ Contradicted at" in recalled["context"]
         assert recalled["hits"][0]["content"] == SCHEMA
+        # hits[].annotations: each a kind with the warning line the context block shows
+        notes = [a for hit in recalled["hits"] for a in hit["annotations"]]
+        assert [a["kind"] for a in recalled["hits"][0]["annotations"]] == ["contradiction"]
+        assert {"contradiction", "contradicts", "rests_on_contradicted"} <= {
+            a["kind"] for a in notes
+        }
+        assert all(a["line"] in recalled["context"] for a in notes)
 
         _, schema = web.get("/api/inspect?" + query(focus=SCHEMA))
         assert schema["status"] == "Canonical" and schema["admission"]["status"] == "Canonical"

@@ -137,7 +137,9 @@
         div.addEventListener("click", () => openConcept(hit.node_id));
         if (Array.isArray(hit.annotations) && hit.annotations.length) {
           const box = el("div", "annotations");
-          for (const a of hit.annotations) box.appendChild(el("span", "annotation", a.kind));
+          for (const a of hit.annotations) {
+            box.appendChild(el("span", "annotation kind-" + a.kind, a.kind));
+          }
           div.appendChild(box);
         }
       }
@@ -240,7 +242,7 @@
     for (const n of g.nodes) {
       elements.push({ data: {
         id: n.id, label: n.label.length > 40 ? n.label.slice(0, 39) + "…" : n.label,
-        status: n.status || "None", focus: n.hop === 0 ? 1 : 0,
+        status: n.status || "None", focus: n.hop === 0 ? 1 : 0, hop: n.hop,
       } });
     }
     g.edges.forEach((e, i) => elements.push({ data: {
@@ -250,7 +252,11 @@
     cy = cytoscape({
       container: $("graph"),
       elements,
-      layout: { name: "cose", animate: false, nodeRepulsion: 9000, idealEdgeLength: 90 },
+      // rings by hop: the focus in the middle, what touches it around it, and so on out
+      layout: {
+        name: "concentric", animate: false, minNodeSpacing: 50,
+        concentric: (n) => 10 - n.data("hop"), levelWidth: () => 1,
+      },
       style: [
         { selector: "node", style: {
           "background-color": (n) => STATUS_COLOURS[n.data("status")] || "#8593a3",
