@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ReferenceRefused
 from ..gc.sweep import gc_stats
-from ..inspect import SHOWN_FOCUS_CHARS, run_inspect
+from ..inspect import SHOWN_FOCUS_CHARS, pillar_ids, run_inspect
 from ..model import IntentState, Status
 from ..recall import Ranking, RecallDefaults, recall
 from ..text import format_rfc3339, show_safely
@@ -184,9 +184,15 @@ class Answers:
         text, structured = self._inspect(self.view.current(), focus, depth)
         return {"text": text, **structured}
 
-    def graph(self, focus: str, depth: int) -> dict[str, Any]:
-        """The focus's neighbourhood as nodes and edges (inspect's walk, its caps)."""
+    def graph(self, focus: str | None, depth: int) -> dict[str, Any]:
+        """The focus's neighbourhood as nodes and edges (inspect's walk, its caps); with no
+        focus, the session's largest pillar's (an empty graph for an empty session)."""
         loaded = self.view.current()
+        if focus is None:
+            pillars = pillar_ids(loaded.session)
+            if not pillars:
+                return {"focus": None, "depth": depth, "nodes": [], "edges": [], "truncated": False}
+            focus = pillars[0]
         _, found = self._inspect(loaded, focus, depth)
         graph = loaded.session.index.graph
         nodes = [

@@ -24,7 +24,14 @@ from ..errors import LamboError, ParameterError, ReferenceRefused
 from ..inspect import DEFAULT_DEPTH
 from .answers import Answers
 from .events import read_feed
-from .params import check_known, depth_param, since_param, text_param, top_k_param
+from .params import (
+    check_known,
+    depth_param,
+    optional_text,
+    since_param,
+    text_param,
+    top_k_param,
+)
 from .static import static_routes
 
 log = logging.getLogger(__name__)
@@ -91,7 +98,8 @@ def build_app(answers: Answers, verifier: Verifier, allowed_hosts: tuple[str, ..
         endpoint(
             "/api/graph",
             ("focus", "depth"),
-            lambda p: answers.graph(text_param(p, "focus"), depth_param(p, GRAPH_DEPTH)),
+            # no focus: the largest pillar's neighbourhood
+            lambda p: answers.graph(optional_text(p, "focus"), depth_param(p, GRAPH_DEPTH)),
         ),
         *static_routes(lambda request: _gate(request, verifier, allowed_hosts)),
     ]

@@ -19,6 +19,11 @@ def check_known(params: Mapping[str, str], endpoint: str, known: Collection[str]
         raise ParameterError(f"{endpoint} takes {takes}; another parameter was sent")
 
 
+def optional_text(params: Mapping[str, str], name: str) -> str | None:
+    """A text that may be left out (None), else as ``text_param`` checks it."""
+    return text_param(params, name) if name in params else None
+
+
 def text_param(params: Mapping[str, str], name: str) -> str:
     """A required text: 1..=TEXT_MAX_CHARS characters, no control characters."""
     value = params.get(name)

@@ -99,6 +99,8 @@ def test_each_endpoint_answers_from_the_store(lambo_home: Path, demo: Path) -> N
         assert graph["focus"] in ids and len(ids) == len(graph["nodes"]) > 1
         assert {"contradicts", "dependency"} <= {e["edge_type"] for e in graph["edges"]}
         assert all(e["source"] in ids and e["target"] in ids for e in graph["edges"])
+        _, pillar = web.get("/api/graph")  # no focus: the largest pillar's
+        assert pillar["focus"] == schema["node_id"] and pillar["nodes"] == graph["nodes"]
         assert web.stop() == 0
 
 
@@ -114,7 +116,7 @@ SENT = "zq<b>sent"  # a value no refusal may repeat
         ("/api/recall?" + query(q=SENT + "\x01"), 400, "q must be a text"),
         ("/api/recall?" + query(q="x" * 2001), 400, "q must be a text of 1..=2000"),
         ("/api/inspect?" + query(focus=SENT), 404, "the focus matches no concept"),
-        ("/api/graph", 400, "focus is required"),
+        ("/api/graph?" + query(focus=" "), 400, "focus is required"),
         ("/api/graph?" + query(focus=SCHEMA, depth=9), 400, "depth must be an integer 0..=5"),
         ("/api/events?" + query(since=-1), 400, "since must be an integer >= 0"),
         ("/api/events?" + query(since=SENT), 400, "since must be an integer >= 0"),
