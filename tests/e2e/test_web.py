@@ -1,9 +1,15 @@
 """The serve-web page in a real browser: Debian's headless Chromium driven by Playwright,
 against a real `lambo serve-web` on a demo-built SQLite session. It loads the page, types
-a recall, opens a concept and its neighbourhood, and asserts on what is rendered."""
+a recall, opens a concept and its neighbourhood, and asserts on what is rendered.
+
+.ci/run installs chromium (apt) and Playwright (the test extra). Outside CI a machine
+without them skips this test; under CI a missing one fails.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 from pathlib import Path
 
@@ -24,13 +30,19 @@ CHROMIUM_ARGS = [
 ]
 WAIT_MS = 30_000  # a rendering not there by then is a failure
 
-sync_api = pytest.importorskip("playwright.sync_api")
+
+def _missing(what: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} is not installed (see .ci/run)")
+    pytest.skip(f"{what} is not installed (see .ci/run)")
 
 
 @pytest.fixture
 def chromium_path() -> str:
-    if shutil.which(CHROMIUM) is None:  # .ci/run installs it; a bare checkout may not have it
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    if importlib.util.find_spec("playwright") is None:
+        _missing("playwright (the test extra)")
+    if shutil.which(CHROMIUM) is None:
+        _missing("Debian's chromium (apt-get install chromium)")
     return CHROMIUM
 
 
@@ -44,6 +56,8 @@ def test_the_page_shows_counts_recall_gates_and_graph(
         concepts = sum(1 for _ in held.concepts("demo", vectors=False))
     finally:
         held.close()
+    from playwright import sync_api
+
     shot = tmp_path / "serve-web.png"
     with WebServe(lambo_home, store) as web, sync_api.sync_playwright() as pw:
         base = web.wait_started()
