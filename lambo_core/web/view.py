@@ -12,20 +12,24 @@ mutation count, its canonization events and its gc epoch), read at most once a
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..canon.history import CanonHistory
 from ..canon.rules import CanonRules
 from ..clock import SystemClock
 from ..config import Config
 from ..embed.loader import LoadedModels
+from ..errors import ConfigError, StoreError
 from ..index.session_index import SessionIndex
 from ..receipts import ReceiptBook
 from ..session import EmbedderPlan, Session, contracts_equal, describe_contract
 from ..store.base import Store
+from ..store.migrations import LATEST_VERSION, applied_versions
 from ..store_reports import open_existing_store, require_session
 
 log = logging.getLogger(__name__)
@@ -79,7 +83,9 @@ class ReadOnlyView:
 
     @classmethod
     def open(cls, config: Config, name: str) -> ReadOnlyView:
-        """The configured store, opened only if it exists and holds ``name``."""
+        """The configured store, opened only if it exists, is current and holds ``name``."""
+        if config.store_kind == "sqlite":
+            refuse_older_schema(config.store_path)
         store = open_existing_store(config)
         try:
             require_session(store, name)
@@ -129,6 +135,28 @@ class ReadOnlyView:
             shared_layer=record.shared_layer if record is not None else False,
         )
         return Loaded(session, CanonHistory(session, self.rules), fingerprint, self._now())
+
+
+def refuse_older_schema(path: Path) -> None:
+    """Opening a store migrates it, which is a write: a file at an older schema is refused
+    (read first through a read-only connection), not migrated."""
+    if not path.is_file():
+        return  # open_existing_store refuses it, naming the path
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            done = applied_versions(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError("the store file could not be read", detail=str(exc)) from None
+    have = done[-1] if done else 0
+    if have < LATEST_VERSION:
+        raise ConfigError(
+            f"the store at {path} is at schema version {have} and this lambo's is "
+            f"{LATEST_VERSION}; serve-web writes nothing, so it does not migrate it: run "
+            f"`lambo provision --store {path}` (or serve the session once) first"
+        )
 
 
 def _usable_plan(store: Store, name: str, plan: EmbedderPlan) -> tuple[EmbedderPlan, str | None]:

@@ -4,6 +4,7 @@ after it still holds the session), and that it shows writes made after it starte
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import urllib.error
 import urllib.request
@@ -14,7 +15,7 @@ import anyio
 import pytest
 
 from lambo_core.model import IntentState
-from lambo_core.store import SqliteStore
+from lambo_core.store import SqliteStore, migrations
 from lambo_core.store.sqlite import read_lease
 from tests.e2e.conftest import body, derive, run_lambo
 from tests.e2e.http_serve import HttpServe, http_client
@@ -229,3 +230,21 @@ def test_a_store_or_session_that_is_not_there_is_refused(
     assert not missing.exists()
     out = run_lambo(lambo_home, "serve-web", "--session", "other", "--store", str(demo))
     assert out.returncode == 2 and "no session named 'other'" in out.stderr
+
+
+def test_a_store_at_an_older_schema_is_refused_not_migrated(
+    lambo_home: Path, tmp_path: Path
+) -> None:
+    lambo_home.mkdir(parents=True, exist_ok=True)  # the command's working directory
+    old = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(old, isolation_level=None)
+    try:
+        migrations.migrate(conn, upto=1)
+    finally:
+        conn.close()
+    before = old.read_bytes()
+    out = run_lambo(lambo_home, "serve-web", "--session", "demo", "--store", str(old))
+    assert out.returncode == 2, out.stderr
+    assert f"is at schema version 1 and this lambo's is {migrations.LATEST_VERSION}" in out.stderr
+    assert "serve-web writes nothing, so it does not migrate it" in out.stderr
+    assert old.read_bytes() == before
