@@ -198,6 +198,7 @@ STORE_COMMANDS = [
     ("canon", "suspected", "--session", "s"),
     ("session", "verify", "--session", "s"),
     ("session", "list"),
+    ("serve-web", "--session", "s"),
     ("forget", "--session", "s", "abcdef12"),
     ("backup", "--force", "copy.db"),
     ("import", "--session", "s", "-"),

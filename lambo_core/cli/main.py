@@ -26,6 +26,7 @@ from .setup_clients import setup_cmd
 from .store import store_group
 from .tools import TOOL_COMMANDS
 from .transfer import export_cmd, import_cmd
+from .web import serve_web
 
 
 def _setup_logging() -> None:
@@ -53,6 +54,7 @@ for _command in (
     config_group,
     provision,
     serve,
+    serve_web,
     *TOOL_COMMANDS,
     forget_cmd,
     backup_cmd,

@@ -1,0 +1,1 @@
+"""`lambo serve-web`: a read-only web window on one session (view, API, page)."""
