@@ -22,7 +22,7 @@ from ..credentials import Credential, Verifier, resolve
 from ..errors import ConfigError
 from ..hosts import in_url, is_loopback, is_wildcard
 from ..mcp.http.serve import check_bind, listen, security_settings
-from ..serve import stop_on_signal
+from ..serve_signals import stop_on_signal
 from .answers import Answers
 from .api import build_app
 from .view import ReadOnlyView
