@@ -18,10 +18,10 @@ import anyio
 import uvicorn
 
 from ..config import Config
-from ..credentials import Credential, Verifier, resolve
+from ..credentials import Credential, Verifier
 from ..errors import ConfigError
 from ..hosts import in_url, is_loopback, is_wildcard
-from ..mcp.http.serve import check_bind, listen, security_settings
+from ..mcp.http.serve import QuietUvicorn, check_bind, configured, listen, security_settings
 from ..serve_signals import stop_on_signal
 from .answers import Answers
 from .api import build_app
@@ -43,11 +43,7 @@ class WebSettings:
     def resolve(cls, config: Config, bind: str, port: int) -> WebSettings:
         """Refuses, before anything listens, a bind off loopback without a credential."""
         bind = check_bind(bind)
-        credentials = resolve(
-            config.get("serve.credential"),
-            str(config.get("serve.auth_token")),
-            base=config.file.parent if config.file is not None else None,
-        )
+        credentials = configured(config)
         if not is_loopback(bind) and not credentials:
             raise ConfigError(
                 f"--bind {bind} is not a loopback address, and the web window off loopback "
@@ -55,15 +51,6 @@ class WebSettings:
                 "LAMBO_AUTH_TOKEN, or a [[serve.credential]] in lambo.toml), or bind 127.0.0.1"
             )
         return cls(bind, port, credentials, tuple(config.get("serve.allowed_hosts")))
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handlers, which re-raise the signal once it has
-    stopped (so the process would die of it): a stop signal ends the window with 0."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def]
-        yield
 
 
 async def _serve_until_stopped(server: uvicorn.Server, sock: socket.socket) -> None:
@@ -91,7 +78,7 @@ def run_web(config: Config, session: str, settings: WebSettings) -> None:
     port = sock.getsockname()[1]  # the one --port 0 was given
     hosts = security_settings(settings.bind, port, settings.allowed_hosts, ()).allowed_hosts
     app = build_app(Answers(view), Verifier(settings.credentials), tuple(hosts or ()))
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_config=None, access_log=False))
+    server = QuietUvicorn(uvicorn.Config(app, lifespan="off", log_config=None, access_log=False))
     host = (
         ("[::1]" if ":" in settings.bind else "127.0.0.1")
         if is_wildcard(settings.bind)

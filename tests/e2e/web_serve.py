@@ -6,19 +6,16 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import signal
-import subprocess
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.e2e.announced import AnnouncedProcess
 from tests.e2e.conftest import lambo_argv, run_lambo, serve_env
 
 STARTED = re.compile(r"serve-web: session \S+ at (http://\S+)/ \(read-only\)")
-START_BOUND_S = 120.0
 
 # keyword-only by declaration (no model to load), and the contradiction rule's age floor
 # low enough that the demo's contradiction fires for the window as it did for the demo
@@ -35,69 +32,27 @@ def demo_session(home: Path, store: Path, session: str = "demo") -> None:
     assert "⚠ Contradicted at" in out.stdout
 
 
-class WebServe:
+class WebServe(AnnouncedProcess):
     """One serve-web process; ``base`` once it answers."""
 
     def __init__(self, home: Path, store: Path, session: str = "demo", *extra: str) -> None:
         argv = [*lambo_argv(), "serve-web", "--session", session, "--store", str(store)]
-        self.proc = subprocess.Popen(
-            [*argv, "--port", "0", *extra],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=serve_env(home),
-            cwd=home,
-        )
-        self.lines: list[str] = []
-        self.base: str | None = None
-        self._started = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-            found = STARTED.search(line)
-            if found and self.base is None:
-                self.base = found.group(1)
-                self._started.set()
-        self._started.set()
-
-    @property
-    def log(self) -> str:
-        return "\n".join(self.lines)
+        super().__init__([*argv, "--port", "0", *extra], home, serve_env(home), STARTED)
 
     def wait_started(self) -> str:
-        assert self._started.wait(START_BOUND_S), "serve-web did not start in time"
-        assert self.base is not None, f"serve-web ended before answering:\n{self.log}"
+        base = self.wait_announced("serve-web")
         # the line is logged just before uvicorn accepts: wait for an answer, not a sleep
-        wait_answering(self.base)
-        return self.base
+        wait_answering(base)
+        return base
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         return get_json(self.wait_started() + path, headers)
-
-    def stop(self, timeout: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
-        self._reader.join(10)
-        return code
 
     def __enter__(self) -> WebServe:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            self.stop()
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._reader.join(10)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        self.close()
 
 
 def get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:

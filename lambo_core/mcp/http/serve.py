@@ -58,6 +58,17 @@ http_log = logging.getLogger("lambo_core.mcp.http")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
+def configured(config: Config, env: Mapping[str, str] | None = None) -> tuple[Credential, ...]:
+    """The credentials a serve's config gives ([[serve.credential]], serve.auth_token and
+    LAMBO_AUTH_TOKEN), each ``token_file`` read beside the lambo.toml naming it."""
+    return resolve(
+        config.get("serve.credential"),
+        str(config.get("serve.auth_token")),
+        env,
+        base=config.file.parent if config.file is not None else None,
+    )
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     """What an HTTP serve listens on and whom it lets in, resolved from the config."""
@@ -78,12 +89,7 @@ class HttpSettings:
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> HttpSettings:
         """Refuses, before anything listens, a bind off loopback without a credential."""
         bind = check_bind(str(config.get("serve.bind")))
-        credentials = resolve(
-            config.get("serve.credential"),
-            str(config.get("serve.auth_token")),
-            env,
-            base=config.file.parent if config.file is not None else None,
-        )
+        credentials = configured(config, env)
         if not is_loopback(bind) and not credentials:
             raise ConfigError(
                 f"serve.bind {bind} is not a loopback address, and an HTTP serve off loopback "
@@ -166,8 +172,9 @@ def listen(bind: str, port: int) -> socket.socket:
     return sock
 
 
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handlers: the serve's stop decides when it exits."""
+class QuietUvicorn(uvicorn.Server):
+    """uvicorn without its own signal handlers, which re-raise a signal once it has stopped
+    (so the process would die of it): the serve's stop decides when it exits."""
 
     @contextlib.contextmanager
     def capture_signals(self):  # type: ignore[no-untyped-def]
@@ -301,7 +308,7 @@ async def _serve_until_stopped(
         settings.max_live_sessions,
         evict_idle_after_s=settings.evict_idle_after_s,
     )
-    server = _Uvicorn(
+    server = QuietUvicorn(
         uvicorn.Config(
             app,
             lifespan="off",
