@@ -81,6 +81,10 @@ class LedgerKinds:
         }
 
 
+def _rests_on_summary(note: dict[str, Any]) -> bool:
+    return note.get("kind") == "rests_on_contradicted" and "cited" not in note
+
+
 def ledger_kinds(path: str, lines: Iterable[bytes], session: str) -> LedgerKinds:
     """Count the kinds on ``session``'s recall lines (``ledger_lines.call_line``'s hits'
     annotations); lines of other sessions and other kinds of line are passed over, and a
@@ -109,8 +113,17 @@ def ledger_kinds(path: str, lines: Iterable[bytes], session: str) -> LedgerKinds
         found.recall_lines += 1
         for hit in hits:
             notes = hit.get("annotations")
-            for note in notes if isinstance(notes, list) else ():
-                kind = note.get("kind") if isinstance(note, dict) else None
+            kinds = [
+                note.get("kind")
+                for note in (notes if isinstance(notes, list) else ())
+                # "Rests on N more" sums lines already counted, naming no concept of its own
+                if isinstance(note, dict) and not _rests_on_summary(note)
+            ]
+            # the kind counts either way (spec): a hit flagged possibly superseded whose line
+            # was not shown (an unmeasured contract, the line turned off) carries only the id
+            if "possibly_superseded_by" in hit and "possibly_superseded" not in kinds:
+                kinds.append("possibly_superseded")
+            for kind in kinds:
                 if kind in found.counts:
                     found.counts[kind] += 1
                     if isinstance(hit.get("node_id"), str):

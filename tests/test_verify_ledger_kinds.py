@@ -15,7 +15,11 @@ def recall(session: str, *hits: dict[str, Any], outcome: str = "ok") -> bytes:
 
 
 def hit(node_id: str, *kinds: str) -> dict[str, Any]:
-    return {"node_id": node_id, "annotations": [{"kind": k, "line": "⚠"} for k in kinds]}
+    """A hit row whose annotations name a concept each, as ``describe`` writes them."""
+    return {
+        "node_id": node_id,
+        "annotations": [{"kind": k, "line": "⚠", "cited": "c0", "by": "b0"} for k in kinds],
+    }
 
 
 def test_kinds_are_counted_per_annotation_with_the_hits_as_examples() -> None:
@@ -37,6 +41,21 @@ def test_kinds_are_counted_per_annotation_with_the_hits_as_examples() -> None:
         "superseded": 0,
     }
     assert found.as_dict()["annotation_kinds"]["contradiction"] == {"count": 2, "examples": ["a1"]}
+
+
+def test_a_flagged_hit_counts_as_possibly_superseded_whether_or_not_its_line_showed() -> None:
+    shown = {**hit("old1", "possibly_superseded"), "possibly_superseded_by": "new1"}
+    unshown = {**hit("old2"), "possibly_superseded_by": "new2"}  # the line was turned off
+    found = ledger_kinds("f", [recall("s", shown, unshown, hit("new1"))], "s")
+    assert found.counts["possibly_superseded"] == 2  # the shown one is not counted twice
+    assert found.hits["possibly_superseded"] == {"old1", "old2"}
+
+
+def test_the_rests_on_summary_line_is_not_one_more_contradicted_concept() -> None:
+    cited = {"kind": "rests_on_contradicted", "line": "⚠ Rests on", "cited": "c1", "by": "b1"}
+    summary = {"kind": "rests_on_contradicted", "line": "⚠ Rests on 2 more contradicted"}
+    row = {"node_id": "a1", "annotations": [cited, summary]}
+    assert ledger_kinds("f", [recall("s", row)], "s").counts["rests_on_contradicted"] == 1
 
 
 def test_malformed_lines_are_skipped_and_counted_never_echoed() -> None:

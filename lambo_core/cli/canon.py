@@ -7,6 +7,8 @@ rather than created.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 
 import click
@@ -133,7 +135,14 @@ def verify_cmd(
     seen = None
     if ledger_path is not None:
         try:
-            with open(ledger_path, "rb") as fh:
+            # never blocks: a FIFO with no writer would hang a plain open (and its reads)
+            fd = os.open(ledger_path, os.O_RDONLY | os.O_NONBLOCK)
+            with open(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise click.BadParameter(
+                        "must be a regular file (a serve --ledger file), not a pipe or device",
+                        param_hint="'--ledger'",
+                    )
                 seen = ledger_kinds(ledger_path, fh, session)
         except OSError as exc:  # gone or unreadable since click checked it
             reason = exc.strerror or "it cannot be read"

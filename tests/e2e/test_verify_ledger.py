@@ -5,6 +5,7 @@ on the demo session's recall lines, beside the kinds the store gives (spec: lamb
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +104,13 @@ def test_verify_refuses_a_missing_ledger_naming_the_flag(served_home: Path) -> N
         served_home, "session", "verify", "--session", SESSION, "--ledger", str(served_home)
     )
     assert folder.returncode == 2 and "--ledger" in folder.stderr
+
+
+def test_verify_refuses_a_fifo_ledger_without_waiting_for_a_writer(served_home: Path) -> None:
+    fifo = served_home / "calls.fifo"
+    os.mkfifo(fifo)  # nobody writes it: a plain open would block forever
+    result = run_lambo(
+        served_home, "session", "verify", "--session", SESSION, "--ledger", str(fifo)
+    )
+    assert result.returncode == 2
+    assert "--ledger" in result.stderr and "must be a regular file" in result.stderr
